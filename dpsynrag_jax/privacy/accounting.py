@@ -1,0 +1,221 @@
+"""Privacy accounting for DP-SynRAG on the host (NumPy): Theorem 1, conversions, DpEvents,
+calibration.
+
+Theorem 1 of the paper (zCDP, add/remove one document; each document is in at most L clusters):
+
+  rho = K / (2 sigma_h^2)                         keyword histogram, Gaussian, L2 sensitivity sqrt(K)
+      + L * ( eps_theta^2 / 8                      threshold exponential mechanism, per cluster
+            + 1 / (2 sigma_mu^2)                   noisy embedding sum, Gaussian, sensitivity 1
+            + T / 2 * (c / tau)^2 )                T token steps, each an EM of range 2c/tau
+  eps = rho + sqrt(4 rho log(1/delta))
+
+Two ways to spend an (epsilon, delta) budget:
+  * 'closed_form': the conversion above, as in the paper.
+  * 'rdp': the same zCDP events handed to dp_accounting's RdpAccountant, whose RDP -> (eps, delta)
+    conversion (Canonne-Kamath-Steinke / Asoodeh et al.) is tighter, so the same budget buys a
+    larger token clipping bound c.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import dp_accounting
+from dp_accounting import rdp as dp_rdp
+import numpy as np
+
+ACCOUNTANTS = ("closed_form", "rdp")
+DEFAULT_ORDERS = tuple(dp_rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
+
+
+def _positive(name, value):
+  if not (math.isfinite(value) and value > 0):
+    raise ValueError(f"{name} must be finite and > 0, got {value!r}.")
+
+
+def _delta(delta):
+  if not 0 < delta < 1:
+    raise ValueError(f"delta must be in (0, 1), got {delta!r}.")
+
+
+# Closed form.
+
+
+def theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau) -> float:
+  """Total zCDP rho of one DP-SynRAG run (Theorem 1)."""
+  per_cluster = eps_theta**2 / 8.0 + 1.0 / (2.0 * sigma_mu**2) + T / 2.0 * (c / tau)**2
+  return K / (2.0 * sigma_h**2) + L * per_cluster
+
+
+def zcdp_to_eps(rho: float, delta: float) -> float:
+  """(eps, delta)-DP implied by rho-zCDP: rho + sqrt(4 rho log(1/delta)) (Bun & Steinke 2016)."""
+  _delta(delta)
+  if rho < 0:
+    raise ValueError(f"rho must be >= 0, got {rho!r}.")
+  return rho + math.sqrt(4.0 * rho * math.log(1.0 / delta))
+
+
+def eps_to_zcdp(eps: float, delta: float) -> float:
+  """The largest rho whose `zcdp_to_eps` is eps: (sqrt(eps + log 1/delta) - sqrt(log 1/delta))^2."""
+  _delta(delta)
+  if eps < 0:
+    raise ValueError(f"eps must be >= 0, got {eps!r}.")
+  log_inv = math.log(1.0 / delta)
+  return (math.sqrt(eps + log_inv) - math.sqrt(log_inv))**2
+
+
+# dp_accounting events.
+
+
+def cluster_dp_event(eps_theta, sigma_mu, T, c, tau) -> dp_accounting.DpEvent:
+  """The releases of one cluster: threshold EM, noisy embedding sum, T token steps."""
+  return dp_accounting.ComposedDpEvent([
+      dp_accounting.ZCDpEvent(rho=eps_theta**2 / 8.0),
+      # Sensitivity 1, so the noise multiplier is sigma_mu itself.
+      dp_accounting.GaussianDpEvent(noise_multiplier=sigma_mu),
+      dp_accounting.SelfComposedDpEvent(dp_accounting.ZCDpEvent(rho=0.5 * (c / tau)**2), int(T)),
+  ])
+
+
+def run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau) -> dp_accounting.DpEvent:
+  """The DpEvent of a whole run: the histogram, then L clusters' worth of per-cluster releases.
+
+  A document sits in at most L clusters and the clusters hold disjoint releases, so a document's
+  privacy loss is that of L sequential clusters (parallel composition across the rest).
+  """
+  return dp_accounting.ComposedDpEvent([
+      dp_accounting.GaussianDpEvent(noise_multiplier=sigma_h / math.sqrt(K)),
+      dp_accounting.SelfComposedDpEvent(cluster_dp_event(eps_theta, sigma_mu, T, c, tau), int(L)),
+  ])
+
+
+def rdp_accountant(event: dp_accounting.DpEvent | None = None,
+                   orders: Sequence[float] = DEFAULT_ORDERS) -> dp_rdp.RdpAccountant:
+  """A fresh add/remove-one RdpAccountant, with `event` composed when given."""
+  accountant = dp_rdp.RdpAccountant(list(orders))
+  if event is not None:
+    accountant.compose(event)
+  return accountant
+
+
+def rdp_epsilon(event: dp_accounting.DpEvent, delta: float,
+                orders: Sequence[float] = DEFAULT_ORDERS) -> float:
+  """epsilon at `delta` of `event` by dp_accounting's RDP accountant."""
+  _delta(delta)
+  return float(rdp_accountant(event, orders).get_epsilon(delta))
+
+
+def rho_from_rdp(orders: np.ndarray, rdp: np.ndarray, rtol: float = 1e-9) -> float:
+  """rho of an RDP curve that is rho * alpha at every order (what every zCDP / Gaussian event
+  here gives). Raises ValueError if the curve is not linear, i.e. not plain zCDP."""
+  ratios = np.asarray(rdp, np.float64) / np.asarray(orders, np.float64)
+  rho = float(np.max(ratios))
+  if not np.allclose(ratios, rho, rtol=rtol, atol=0.0):
+    raise ValueError("RDP curve is not rho * alpha: the event is not plain zCDP.")
+  return rho
+
+
+def rdp_rho(event: dp_accounting.DpEvent, orders: Sequence[float] = DEFAULT_ORDERS) -> float:
+  """rho of `event` read off dp_accounting's RDP curve."""
+  accountant = rdp_accountant(event, orders)
+  return rho_from_rdp(accountant.orders, accountant.rdp)
+
+
+# Calibration.
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+  """Noise parameters that spend exactly an (epsilon, delta) budget under `accountant`."""
+  epsilon: float
+  delta: float
+  accountant: str
+  K: int
+  L: int
+  T: int
+  tau: float
+  sigma_h: float
+  sigma_mu: float
+  eps_theta: float
+  c: float
+
+  @property
+  def c_over_tau(self) -> float:
+    return self.c / self.tau
+
+  @property
+  def per_token_eps(self) -> float:
+    return 2.0 * self.c / self.tau
+
+  @property
+  def per_token_rho(self) -> float:
+    return 0.5 * (self.c / self.tau)**2
+
+  @property
+  def rho_total(self) -> float:
+    return theorem1_rho(self.K, self.sigma_h, self.L, self.eps_theta, self.sigma_mu, self.T,
+                        self.c, self.tau)
+
+  def dp_event(self) -> dp_accounting.DpEvent:
+    return run_dp_event(self.K, self.sigma_h, self.L, self.eps_theta, self.sigma_mu, self.T,
+                        self.c, self.tau)
+
+  def eps_closed_form(self) -> float:
+    return zcdp_to_eps(self.rho_total, self.delta)
+
+  def eps_rdp(self, orders: Sequence[float] = DEFAULT_ORDERS) -> float:
+    return rdp_epsilon(self.dp_event(), self.delta, orders)
+
+
+def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int = 70,
+              tau: float = 1.0, rho_hist: float = 0.1, eps_theta: float = 0.4,
+              rho_retr: float = 0.009, accountant: str = "closed_form",
+              orders: Sequence[float] = DEFAULT_ORDERS) -> Calibration:
+  """Chooses sigma_h, sigma_mu and c so that a run spends exactly (epsilon, delta).
+
+  The histogram gets rho_hist (sigma_h = sqrt(K / (2 rho_hist))); each cluster's embedding sum
+  gets rho_retr read as the Gaussian part 1/(2 sigma_mu^2) (the paper's printed 0.009 is below
+  eps_theta^2/8 = 0.02, so it cannot include the threshold EM); the threshold EM costs
+  eps_theta^2/8 per cluster on top; whatever is left goes to the L*T token steps via c.
+
+  accountant='closed_form' inverts Theorem 1's conversion exactly; accountant='rdp' finds c by
+  dp_accounting's calibrate_dp_mechanism so that the RdpAccountant's epsilon at delta equals
+  `epsilon` (to a tolerance of 1e-12 in c).
+
+  Raises ValueError when the fixed parts alone exceed the budget.
+  """
+  _positive("epsilon", epsilon)
+  _delta(delta)
+  for name, value in dict(K=K, L=L, T=T, tau=tau, rho_hist=rho_hist, eps_theta=eps_theta,
+                          rho_retr=rho_retr).items():
+    _positive(name, value)
+  if accountant not in ACCOUNTANTS:
+    raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}.")
+  sigma_h = math.sqrt(K / (2.0 * rho_hist))
+  sigma_mu = math.sqrt(1.0 / (2.0 * rho_retr))
+  fixed_rho = rho_hist + L * (eps_theta**2 / 8.0 + rho_retr)
+  rho_total = eps_to_zcdp(epsilon, delta)
+  token_rho_total = rho_total - fixed_rho
+  if token_rho_total <= 0:
+    raise ValueError(
+        f"The histogram, thresholds and embedding sums alone cost rho = {fixed_rho:.4g}, which "
+        f"is not below the budget's rho = {rho_total:.4g} (epsilon={epsilon}, delta={delta}).")
+  c_closed = tau * math.sqrt(2.0 * token_rho_total / (L * T))
+
+  def make(c):
+    return Calibration(epsilon=epsilon, delta=delta, accountant=accountant, K=K, L=L, T=T,
+                       tau=tau, sigma_h=sigma_h, sigma_mu=sigma_mu, eps_theta=eps_theta, c=c)
+
+  if accountant == "closed_form":
+    return make(c_closed)
+  # The RDP conversion is never looser than the closed form for zCDP events, so c_closed is
+  # inside the budget and brackets the answer from below; search upwards from there.
+  c_rdp = dp_accounting.calibrate_dp_mechanism(
+      lambda: dp_rdp.RdpAccountant(list(orders)),
+      lambda c: run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau),
+      epsilon, delta,
+      bracket_interval=dp_accounting.LowerEndpointAndGuess(c_closed, 1.5 * c_closed),
+      tol=1e-12)
+  return make(float(c_rdp))

@@ -1,0 +1,156 @@
+"""Per-document logit clipping and the clipped sum that every private decoding step samples from.
+
+Axis letters: B documents (rows of one cluster, padded to a bucket), V vocabulary.
+
+Each document's next-token logits are mapped into [-c, c] before they are summed, so adding or
+removing one document moves every entry of the sum by at most c (L_inf sensitivity c), and the
+change of the whole vector lies in a box of width 2c. Sampling a token from softmax(sum / tau) is
+then the exponential mechanism with bounded range 2c/tau: (2c/tau)-DP and (c/tau)^2/2-zCDP
+(see `mechanisms.sample_token`).
+
+Two clipping forms:
+  * 'grislain' (Grislain, "RAG with differential privacy"; DP-SynRAG step 4):
+      l_norm = (exp(alpha (l - max l)) - 1) / alpha      in [-1/alpha, 0]
+      l_cent = l_norm - (max l_norm + min l_norm) / 2     symmetric around 0
+      clip   = l_cent * min(1, c / ||l_cent||_inf)
+    alpha = 1 is the paper's form (the -1 cancels in the centring); alpha -> 0 approaches raw
+    logits. Only the shape of the distribution survives, not the logit scale, so one confident
+    document cannot drown the others.
+  * 'clamp': clip(l, -c, c), entrywise.
+
+Logits of -inf (a public vocabulary mask) are allowed: they land on the lowest clipped value,
+they are never dropped, because dropping a token only where the data says so would make the
+output support data dependent (infinite privacy loss). To exclude tokens, pass a public vocab
+mask to `mechanisms.sample_token`. NaN and +inf are bugs upstream: `check_finite_logits` raises on
+the host and `assert_finite_logits` is the in-jit checkify form.
+"""
+
+from __future__ import annotations
+
+import jax
+from jax.experimental import checkify
+import jax.numpy as jnp
+import numpy as np
+
+METHODS = ("grislain", "clamp")
+
+
+def clipped_logit_sum_sensitivity(c: float) -> float:
+  """L_inf sensitivity of `clipped_logit_sum` under add/remove-one-document neighbouring.
+
+  One row contributes a vector with entries in [-c, c], so each token's summed utility moves by
+  at most c (and the change vector of all tokens lies in a box of width 2c).
+  """
+  return float(c)
+
+
+def clip_logits_grislain(logits: jax.Array, c: float, alpha: float = 1.0) -> jax.Array:
+  """Grislain's exp-normalise, centre, rescale clipping of each row.
+
+  Args:
+    logits: [..., V] float logits; -inf entries allowed, NaN / +inf are not (see module doc).
+    c: clipping bound, > 0.
+    alpha: sharpness of the exp-normalisation, > 0; 1 is the paper's form.
+
+  Returns:
+    [..., V] float32 with every entry in [-c, c]. A row whose entries are all equal (or all -inf)
+    maps to zeros.
+  """
+  logits = jnp.asarray(logits, jnp.float32)
+  row_max = jnp.max(logits, axis=-1, keepdims=True)
+  # An all -inf row would give -inf - -inf = NaN; treat it like a tied row (all zeros out).
+  row_max = jnp.where(jnp.isfinite(row_max), row_max, 0.0)
+  # expm1 keeps precision for logits close to the maximum, where exp(x) - 1 would cancel.
+  normed = jnp.expm1(alpha * (logits - row_max)) / alpha
+  hi = jnp.max(normed, axis=-1, keepdims=True)
+  lo = jnp.min(normed, axis=-1, keepdims=True)
+  centred = normed - (hi + lo) / 2
+  norm = jnp.max(jnp.abs(centred), axis=-1, keepdims=True)
+  # min(1, c / norm) without dividing by zero for tied rows (norm == 0, centred == 0).
+  scale = jnp.where(norm > c, c / jnp.where(norm > 0, norm, 1.0), 1.0)
+  # The product can exceed c by an ulp; the final clip makes the bound exact.
+  return jnp.clip(centred * scale, -c, c)
+
+
+def clip_logits_clamp(logits: jax.Array, c: float) -> jax.Array:
+  """Entrywise clamp to [-c, c]; -inf becomes -c. [..., V] -> [..., V] float32."""
+  return jnp.clip(jnp.asarray(logits, jnp.float32), -c, c)
+
+
+def clip_logits(logits: jax.Array, c: float, *, method: str = "grislain",
+                alpha: float = 1.0) -> jax.Array:
+  """Clips each row of [..., V] logits into [-c, c] with `method` in METHODS."""
+  if method == "grislain":
+    return clip_logits_grislain(logits, c, alpha)
+  if method == "clamp":
+    return clip_logits_clamp(logits, c)
+  raise ValueError(f"Unknown clipping method {method!r}; expected one of {METHODS}.")
+
+
+def clipped_logit_sum(logits: jax.Array, row_mask: jax.Array, c: float, *,
+                      method: str = "grislain", alpha: float = 1.0) -> jax.Array:
+  """Sum over documents of clipped logits: the utility of one private decoding step.
+
+  Args:
+    logits: [B, V] float32 next-token logits, one row per document (padded rows arbitrary, even
+      NaN: they are discarded with `where`, not multiplied by 0).
+    row_mask: [B] bool, True for real documents.
+    c: clipping bound; the result has L_inf sensitivity c (`clipped_logit_sum_sensitivity`).
+    method: 'grislain' or 'clamp' (static).
+    alpha: Grislain sharpness (static or traced), ignored by 'clamp'.
+
+  Returns:
+    [V] float32, sum of clipped rows of real documents; all zeros when no row is real.
+  """
+  clipped = clip_logits(logits, c, method=method, alpha=alpha)
+  row_mask = jnp.asarray(row_mask, bool)
+  return jnp.sum(jnp.where(row_mask[:, None], clipped, 0.0), axis=0)
+
+
+def _bad_logit_mask(logits, row_mask):
+  bad = jnp.isnan(logits) | (logits == jnp.inf)
+  if row_mask is not None:
+    bad = bad & jnp.asarray(row_mask, bool)[:, None]
+  return bad
+
+
+def check_finite_logits(logits, row_mask=None) -> None:
+  """Host-side check: raises ValueError if a real row holds NaN or +inf.
+
+  Args:
+    logits: [B, V] (or [V]) array, concrete (not traced).
+    row_mask: optional [B] bool; padded rows are not checked.
+  """
+  arr = np.asarray(logits)
+  if arr.ndim == 1:
+    arr = arr[None]
+  bad = np.isnan(arr) | (arr == np.inf)
+  if row_mask is not None:
+    bad &= np.asarray(row_mask, bool)[:, None]
+  if bad.any():
+    rows, cols = np.nonzero(bad)
+    raise ValueError(
+        f"Logits hold {int(bad.sum())} NaN or +inf entries (first at row {rows[0]}, token "
+        f"{cols[0]}); only -inf (a masked vocabulary entry) is allowed. A NaN usually means an "
+        "overflow or an all-masked attention row upstream.")
+
+
+def assert_finite_logits(logits: jax.Array, row_mask: jax.Array | None = None) -> None:
+  """In-jit form of `check_finite_logits` for functions wrapped in `checkify.checkify`."""
+  bad = _bad_logit_mask(jnp.asarray(logits), row_mask)
+  checkify.check(~jnp.any(bad),
+                 "Logits hold {n} NaN or +inf entries in real rows; only -inf is allowed.",
+                 n=jnp.sum(bad))
+
+
+def clipped_logit_sum_checked(logits, row_mask, c, *, method="grislain", alpha=1.0):
+  """`clipped_logit_sum` with the finiteness check, jit-able: returns (checkify.Error, [V]).
+
+  Call `err.throw()` on the host (or `checkify.check_error(err)` inside a checkified caller).
+  """
+
+  def body(logits, row_mask, c, alpha):
+    assert_finite_logits(logits, row_mask)
+    return clipped_logit_sum(logits, row_mask, c, method=method, alpha=alpha)
+
+  return checkify.checkify(body)(logits, row_mask, c, alpha)

@@ -1,0 +1,184 @@
+"""DP mechanisms in JAX: Gaussian noise, the exponential mechanism, the threshold mechanism, tokens.
+
+Axis letters: N candidates (or scores), V vocabulary, D embedding width.
+
+All functions are jit-able and take an explicit PRNG key. Neighbouring is add/remove one
+document throughout. A mechanism's privacy depends on the sensitivity of what it is fed; each
+query in `queries.py` states its own, the exponential mechanisms here take theirs as an argument,
+and the `*_rho` / `*_epsilon` helpers turn (sensitivity, parameter) into the cost.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+# Gaussian mechanism.
+
+
+def gaussian_mechanism(key: jax.Array, value: jax.Array, sigma) -> jax.Array:
+  """value + N(0, sigma^2 I), elementwise.
+
+  Privacy: for a query of L2 sensitivity s this is rho-zCDP with rho = s^2 / (2 sigma^2)
+  (`gaussian_rho`). The noise multiplier in dp_accounting terms is sigma / s.
+
+  Args:
+    key: PRNG key.
+    value: [...] float array, e.g. a [V] histogram or a [D] embedding sum.
+    sigma: noise standard deviation (scalar).
+  """
+  value = jnp.asarray(value, jnp.float32)
+  return value + sigma * jax.random.normal(key, value.shape, value.dtype)
+
+
+def gaussian_rho(sensitivity: float, sigma: float) -> float:
+  """zCDP cost of `gaussian_mechanism` on a query of L2 sensitivity `sensitivity`."""
+  return sensitivity**2 / (2.0 * sigma**2)
+
+
+# Exponential mechanism over a finite set (Gumbel-max).
+
+
+def exponential_mechanism(key: jax.Array, utilities: jax.Array, epsilon,
+                          sensitivity) -> jax.Array:
+  """Samples an index with probability proportional to exp(epsilon u / (2 sensitivity)).
+
+  Gumbel-max: argmax(epsilon u / (2 sensitivity) + Gumbel noise) has exactly that law, needs
+  no normalisation and stays in log space, so large utilities do not overflow.
+
+  Privacy: epsilon-DP when every utility changes by at most `sensitivity` between neighbours;
+  also epsilon^2/8-zCDP (bounded range, Cesar & Rogers 2021) (`exponential_rho`).
+
+  Args:
+    key: PRNG key.
+    utilities: [..., N] float; -inf marks a candidate that can never be chosen (must be a
+      public, data-independent exclusion).
+    epsilon: privacy parameter, > 0.
+    sensitivity: bound on |u(D) - u(D')| per candidate, > 0.
+
+  Returns:
+    [...] int32 indices into the last axis.
+  """
+  utilities = jnp.asarray(utilities, jnp.float32)
+  scaled = utilities * (epsilon / (2.0 * sensitivity))
+  return jnp.argmax(scaled + jax.random.gumbel(key, utilities.shape, jnp.float32), axis=-1)
+
+
+def exponential_rho(epsilon: float) -> float:
+  """zCDP cost of an epsilon-DP exponential mechanism: epsilon^2 / 8."""
+  return epsilon**2 / 8.0
+
+
+# Threshold mechanism of DP-SynRAG step 3.
+
+
+def threshold_sensitivity() -> float:
+  """Sensitivity of the threshold utility -|#{i: s_i > theta} - k|: one document moves the count
+  by at most 1 for every theta."""
+  return 1.0
+
+
+def threshold_intervals(scores: jax.Array, mask: jax.Array, k, epsilon):
+  """The piecewise-constant log density of the threshold mechanism over [0, 1].
+
+  Scores are clipped into [0, 1] and sorted; they cut [0, 1] into N + 1 intervals (some of
+  width 0). On interval j the count #{i: mask_i and s_i > theta} is constant, so the density
+  exp(-epsilon/2 |count - k|) is too; an interval's probability is that times its width.
+
+  Args:
+    scores: [N] float scores (cosine similarities).
+    mask: [N] bool, True for real members of the cluster.
+    k: target count.
+    epsilon: privacy parameter (sensitivity 1).
+
+  Returns:
+    (edges [N + 2] increasing from 0 to 1, log_weights [N + 1] unnormalised log probabilities
+    of the intervals (-inf for empty ones), counts [N + 1] int32).
+  """
+  scores = jnp.clip(jnp.asarray(scores, jnp.float32), 0.0, 1.0)
+  mask = jnp.asarray(mask, bool)
+  # Padded entries sit at 1.0, above every theta in [0, 1): they never count, and the intervals
+  # they cut off are empty, so they carry no mass.
+  values = jnp.where(mask, scores, 1.0)
+  values, sorted_mask = jax.lax.sort((values, mask.astype(jnp.int32)), num_keys=1)
+  zero, one = jnp.zeros((1,), jnp.float32), jnp.ones((1,), jnp.float32)
+  edges = jnp.concatenate([zero, values, one])
+  widths = jnp.diff(edges)
+  # On interval j (between the j-th and (j+1)-th sorted value) exactly the real entries sorted
+  # at positions >= j exceed theta.
+  below = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(sorted_mask)])
+  counts = jnp.sum(sorted_mask) - below
+  utility = -jnp.abs(counts - k).astype(jnp.float32)
+  log_widths = jnp.where(widths > 0, jnp.log(jnp.where(widths > 0, widths, 1.0)), -jnp.inf)
+  return edges, log_widths + (epsilon / 2.0) * utility, counts
+
+
+def sample_threshold(key: jax.Array, scores: jax.Array, mask: jax.Array, k, epsilon) -> jax.Array:
+  """Draws theta in [0, 1] with density proportional to exp(-epsilon/2 |#{s > theta} - k|).
+
+  The continuous exponential mechanism with utility -|#{i: mask_i and s_i > theta} - k| and
+  sensitivity 1 (`threshold_sensitivity`): epsilon-DP, epsilon^2/8-zCDP. An interval is picked by
+  Gumbel-max over `threshold_intervals`, then theta is uniform inside it. With an all-False
+  mask (an empty cluster) theta is uniform on [0, 1]: the draw happens, and is paid for, either
+  way, so whether a cluster is empty is not revealed by the ledger.
+
+  Args:
+    key: PRNG key.
+    scores: [N] float scores; N static, padded entries masked out.
+    mask: [N] bool.
+    k: target count (int, may be traced).
+    epsilon: privacy parameter.
+
+  Returns:
+    scalar float32 theta in [0, 1].
+  """
+  pick_key, within_key = jax.random.split(key)
+  edges, log_weights, _ = threshold_intervals(scores, mask, k, epsilon)
+  j = jnp.argmax(log_weights + jax.random.gumbel(pick_key, log_weights.shape, jnp.float32))
+  u = jax.random.uniform(within_key, (), jnp.float32)
+  return jnp.clip(edges[j] + u * (edges[j + 1] - edges[j]), 0.0, 1.0)
+
+
+def select_above(scores: jax.Array, mask: jax.Array, theta) -> jax.Array:
+  """[N] bool: real entries whose clipped score exceeds theta (S_r of step 3)."""
+  scores = jnp.clip(jnp.asarray(scores, jnp.float32), 0.0, 1.0)
+  return jnp.asarray(mask, bool) & (scores > theta)
+
+
+# One private decoding step.
+
+
+def sample_token(key: jax.Array, summed_clipped: jax.Array, tau, vocab_mask=None) -> jax.Array:
+  """Samples a token from softmax(summed_clipped / tau).
+
+  With `summed_clipped` from `clipping.clipped_logit_sum(..., c)` this is the exponential
+  mechanism with utility sensitivity c and epsilon = 2c / tau (`token_epsilon`): pure
+  (2c/tau)-DP per token, and, since each token's utility change lies in [-c, c] (range 2c),
+  (c/tau)^2 / 2-zCDP per token (`token_rho`), the figure Theorem 1 adds up.
+
+  Args:
+    key: PRNG key.
+    summed_clipped: [..., V] float sums of clipped logits.
+    tau: temperature, > 0.
+    vocab_mask: optional [V] bool of allowed tokens. It must be public (the same for any
+      dataset), e.g. padding of the vocabulary to a multiple of 128.
+
+  Returns:
+    [...] int32 token ids.
+  """
+  logits = jnp.asarray(summed_clipped, jnp.float32) / tau
+  if vocab_mask is not None:
+    logits = jnp.where(jnp.asarray(vocab_mask, bool), logits, -jnp.inf)
+  return jnp.argmax(logits + jax.random.gumbel(key, logits.shape, jnp.float32), axis=-1)
+
+
+def token_epsilon(c: float, tau: float) -> float:
+  """Pure-DP epsilon of one `sample_token` step: 2c / tau."""
+  return 2.0 * c / tau
+
+
+def token_rho(c: float, tau: float) -> float:
+  """zCDP rho of one `sample_token` step: (c/tau)^2 / 2 (= token_epsilon^2 / 8)."""
+  return 0.5 * (c / tau)**2
+
