@@ -78,7 +78,8 @@ def _write_tiny(folder, model, tokenizer, pooling, max_seq_length) -> str:
   """A sentence-transformers folder: HF model + tokenizer + pooling and length configs."""
   model.save_pretrained(folder)  # safetensors by default
   tokenizer.save_pretrained(folder)
-  modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+  modules = [{"idx": 0, "name": "0", "path": "",
+              "type": "sentence_transformers.models.Transformer"},
              {"idx": 1, "name": "1", "path": "1_Pooling",
               "type": "sentence_transformers.models.Pooling"}]
   (folder / "modules.json").write_text(json.dumps(modules))

@@ -319,19 +319,24 @@ class SentenceEncoder:
     # Texts of similar length share a batch, so the padded lengths stay short.
     order = np.argsort([-len(t) for t in token_ids], kind="stable")
     starts = range(0, len(order), batch_size)
-    outputs = []
+    vectors = np.empty((len(texts), self.dim), np.float32)
+    pending = None  # (rows, device result) of the batch in flight
     for start in tqdm.tqdm(starts, desc="embed", unit="batch",
                            disable=len(starts) <= _PROGRESS_MIN_BATCHES):
       chunk = order[start:start + batch_size]
       ids, mask = self._padded_batch([token_ids[j] for j in chunk])
-      # Dispatch is asynchronous: the device works while the next batch is prepared.
-      outputs.append(self._forward(self.params, ids, mask)[:len(chunk)])
-    vectors = np.empty((len(texts), self.dim), np.float32)
-    vectors[order] = np.concatenate([np.asarray(o) for o in outputs])
+      # Dispatch is asynchronous: the device runs this batch while the previous one is copied
+      # back; waiting one batch behind keeps the progress bar honest.
+      in_flight = (chunk, self._forward(self.params, ids, mask))
+      if pending is not None:
+        vectors[pending[0]] = np.asarray(pending[1])[:len(pending[0])]
+      pending = in_flight
+    vectors[pending[0]] = np.asarray(pending[1])[:len(pending[0])]
     return vectors
 
 
-def load_encoder(name_or_path: str | os.PathLike, dtype: jnp.dtype = jnp.float32) -> SentenceEncoder:
+def load_encoder(name_or_path: str | os.PathLike,
+                 dtype: jnp.dtype = jnp.float32) -> SentenceEncoder:
   """A preset name ('all-minilm-l6-v2', 'multi-qa-mpnet-base-dot-v1'), local HF /
   sentence-transformers folder, or hub id -> SentenceEncoder with weights in `dtype`.
 
