@@ -1,0 +1,181 @@
+"""The decoder-only transformer: one Flax module for the Llama / Qwen2 / Mistral / Phi-3 / Gemma-2
+family, switched by DecoderConfig.
+
+Axis letters: B batch, S new tokens in this call, C cache slots, L layers, D model width,
+N query heads, K key/value heads, G = N / K query heads per KV head, H head width, V vocabulary.
+
+Every call extends a KV cache: it reads the cache (read-only, scanned per layer) and returns the
+new tokens' keys and values [L, B, S, K, H]; the caller writes them in one update outside the
+layer scan (see kv_cache.py). A full forward without cache is the same call with C = 0.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from dpsynrag_jax.models import rope
+from dpsynrag_jax.models.config import DecoderConfig
+
+_NEG_INF = -1e30  # finite, so a fully masked row gives a uniform softmax rather than NaN
+
+
+class RMSNorm(nn.Module):
+  eps: float
+  plus_one: bool = False  # Gemma stores w and scales by (1 + w)
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    scale = self.param("scale", nn.initializers.zeros if self.plus_one else nn.initializers.ones,
+                       (x.shape[-1],), jnp.float32)
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    w = scale.astype(jnp.float32)
+    return (y * (1.0 + w if self.plus_one else w)).astype(x.dtype)
+
+
+def _activation(name: str):
+  if name == "silu":
+    return jax.nn.silu
+  return lambda x: jax.nn.gelu(x, approximate=(name == "gelu_tanh"))
+
+
+def _softcap(x: jax.Array, cap: float) -> jax.Array:
+  return jnp.tanh(x / cap) * cap if cap else x
+
+
+class Attention(nn.Module):
+  """Grouped-query attention over [cache keys ; this call's keys]."""
+  cfg: DecoderConfig
+  dtype: jnp.dtype
+
+  @nn.compact
+  def __call__(self, x, cos, sin, positions, cache_k, cache_v, cache_len, window):
+    """x [B, S, D]; positions [B, S]; cache_k/v [B, C, K, H]; cache_len [B]; window scalar.
+
+    Returns (out [B, S, D], k [B, S, K, H], v [B, S, K, H]).
+    """
+    cfg = self.cfg
+    b, s, _ = x.shape
+    dense = lambda n, bias, name: nn.Dense(n, use_bias=bias, dtype=self.dtype,
+                                           param_dtype=self.dtype, name=name)
+    q = dense(cfg.num_heads * cfg.head_dim, cfg.qkv_bias, "q_proj")(x)
+    k = dense(cfg.num_kv_heads * cfg.head_dim, cfg.qkv_bias, "k_proj")(x)
+    v = dense(cfg.num_kv_heads * cfg.head_dim, cfg.qkv_bias, "v_proj")(x)
+    q = rope.apply_rotary(q.reshape(b, s, cfg.num_heads, cfg.head_dim), cos, sin)
+    k = rope.apply_rotary(k.reshape(b, s, cfg.num_kv_heads, cfg.head_dim), cos, sin)
+    v = v.reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
+
+    groups = cfg.num_heads // cfg.num_kv_heads
+    qg = q.reshape(b, s, cfg.num_kv_heads, groups, cfg.head_dim) * jnp.asarray(
+        cfg.attention_scale, q.dtype)
+    f32 = jnp.float32
+    scores_cache = jnp.einsum("bskgh,bckh->bkgsc", qg, cache_k, preferred_element_type=f32)
+    scores_new = jnp.einsum("bskgh,btkh->bkgst", qg, k, preferred_element_type=f32)
+
+    # Cache slot c holds absolute position c; row b's slots >= cache_len[b] are stale.
+    q_pos = positions[:, None, None, :, None]                          # [B, 1, 1, S, 1]
+    slot = jnp.arange(cache_k.shape[1])
+    cache_pos = slot[None, None, None, None, :]                        # [1, 1, 1, 1, C]
+    cache_ok = slot[None, :] < cache_len[:, None]                      # [B, C]
+    cache_ok = cache_ok[:, None, None, None, :]
+    new_pos = positions[:, None, None, None, :]                        # [B, 1, 1, 1, S]
+    new_ok = new_pos <= q_pos                                          # causal within the call
+    in_window = lambda kpos: jnp.logical_or(window <= 0, q_pos - kpos < window)
+    cache_ok = cache_ok & in_window(cache_pos)
+    new_ok = new_ok & in_window(new_pos)
+
+    cap = cfg.attn_logit_softcap
+    scores = jnp.concatenate([
+        jnp.where(cache_ok, _softcap(scores_cache, cap), _NEG_INF),
+        jnp.where(new_ok, _softcap(scores_new, cap), _NEG_INF)], axis=-1)
+    probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
+    c = cache_k.shape[1]
+    out = (jnp.einsum("bkgsc,bckh->bskgh", probs[..., :c], cache_v) +
+           jnp.einsum("bkgst,btkh->bskgh", probs[..., c:], v))
+    out = out.reshape(b, s, cfg.num_heads * cfg.head_dim)
+    return dense(cfg.hidden_size, cfg.o_bias, "o_proj")(out), k, v
+
+
+class MLP(nn.Module):
+  cfg: DecoderConfig
+  dtype: jnp.dtype
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.cfg
+    dense = lambda n, name: nn.Dense(n, use_bias=cfg.mlp_bias, dtype=self.dtype,
+                                     param_dtype=self.dtype, name=name)
+    hidden = _activation(cfg.activation)(dense(cfg.intermediate_size, "gate_proj")(x))
+    return dense(cfg.hidden_size, "down_proj")(hidden * dense(cfg.intermediate_size, "up_proj")(x))
+
+
+class DecoderLayer(nn.Module):
+  """One pre-norm block; Gemma 2 adds norms after attention and MLP (sandwich)."""
+  cfg: DecoderConfig
+  dtype: jnp.dtype
+
+  @nn.compact
+  def __call__(self, x, scanned, cos, sin, positions, cache_len):
+    cache_k, cache_v, window = scanned
+    cfg = self.cfg
+    norm = lambda name: RMSNorm(cfg.rms_norm_eps, cfg.norm_plus_one, name=name)
+    h, k, v = Attention(cfg, self.dtype, name="attn")(
+        norm("input_norm")(x), cos, sin, positions, cache_k, cache_v, cache_len, window)
+    if cfg.sandwich_norms:
+      h = norm("post_attn_norm")(h)
+    x = x + h
+    h = MLP(cfg, self.dtype, name="mlp")(norm("pre_mlp_norm")(x))
+    if cfg.sandwich_norms:
+      h = norm("post_mlp_norm")(h)
+    return x + h, (k, v)
+
+
+class Decoder(nn.Module):
+  """Token ids -> logits, extending a KV cache. Layers are one nn.scan (fast compiles)."""
+  cfg: DecoderConfig
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens, cache_k, cache_v, cache_len, logits_index=None):
+    """Runs S new tokens per row after each row's cached prefix.
+
+    Args:
+      tokens: [B, S] int32; row b's valid new tokens are its first ones (right padding).
+      cache_k, cache_v: [L, B, C, K, H]; C may be 0 (no cache).
+      cache_len: [B] int32, positions already in the cache per row.
+      logits_index: None for logits at every new position, or [B] int32 picking one position.
+
+    Returns:
+      (logits [B, S, V] or [B, V] float32, new_k [L, B, S, K, H], new_v [L, B, S, K, H]).
+    """
+    cfg = self.cfg
+    embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=self.dtype,
+                     param_dtype=self.dtype, name="embed")
+    x = embed(tokens)
+    if cfg.embed_scale:
+      x = x * jnp.asarray(cfg.hidden_size ** 0.5, self.dtype)
+    positions = cache_len[:, None] + jnp.arange(tokens.shape[1])[None, :]
+    cos, sin = rope.cos_sin(cfg, positions)
+
+    layers = nn.scan(
+        DecoderLayer,
+        variable_axes={"params": 0},
+        split_rngs={"params": True},
+        in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+        length=cfg.num_layers)(cfg, self.dtype, name="layers")
+    windows = jnp.asarray(cfg.layer_windows, jnp.int32)
+    x, (new_k, new_v) = layers(x, (cache_k, cache_v, windows), cos, sin, positions, cache_len)
+
+    x = RMSNorm(cfg.rms_norm_eps, cfg.norm_plus_one, name="final_norm")(x)
+    if logits_index is not None:
+      x = jnp.take_along_axis(x, logits_index[:, None, None], axis=1)[:, 0]
+    if cfg.tie_word_embeddings:
+      head = embed.embedding.T
+    else:
+      head = self.param("lm_head", nn.initializers.lecun_normal(),
+                        (cfg.hidden_size, cfg.vocab_size), self.dtype)
+    logits = jnp.einsum("...d,dv->...v", x, head.astype(self.dtype),
+                        preferred_element_type=jnp.float32)
+    return _softcap(logits, cfg.final_logit_softcap), new_k, new_v

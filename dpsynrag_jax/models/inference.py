@@ -1,0 +1,128 @@
+"""Jitted model calls over a KV cache, and the token-by-token decode loop.
+
+The decode loop is a pure function over a small state (gemma's sampler style): the caller picks
+how a token is chosen (`select`), so greedy answers, temperature sampling and the private
+clipped-sum decode all run the same lax.while_loop on device, with no host round trip per token.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from dpsynrag_jax.models import kv_cache
+from dpsynrag_jax.models.config import DecoderConfig
+from dpsynrag_jax.models.decoder import Decoder
+
+# Python-side trace counters: the bodies below run only when jax traces (compiles) them, so a test
+# can assert that shapes inside one bucket reuse a compilation.
+TRACE_COUNTS: collections.Counter = collections.Counter()
+
+
+def _extend(params, cfg: DecoderConfig, dtype, cache: kv_cache.KVCache, tokens, new_lengths):
+  """Feeds tokens [B, S] (row b's first new_lengths[b] valid) after the cache.
+
+  Returns (logits at each row's last new token [B, V] float32, updated cache).
+  """
+  logits, new_k, new_v = Decoder(cfg, dtype).apply(
+      {"params": params}, tokens, cache.k, cache.v, cache.lengths,
+      logits_index=jnp.maximum(new_lengths - 1, 0))
+  return logits, kv_cache.append(cache, new_k, new_v, new_lengths)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "dtype"), donate_argnames=("cache",))
+def prefill(params, cfg, dtype, cache, tokens, new_lengths):
+  """Jitted _extend for a prompt chunk [B, S]; the cache buffer is donated (updated in place)."""
+  TRACE_COUNTS["prefill"] += 1
+  return _extend(params, cfg, dtype, cache, tokens, new_lengths)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "dtype"), donate_argnames=("cache",))
+def decode_step(params, cfg, dtype, cache, tokens):
+  """Jitted one-token step: tokens [B] -> (next logits [B, V], cache)."""
+  TRACE_COUNTS["decode_step"] += 1
+  ones = jnp.ones(tokens.shape, jnp.int32)
+  return _extend(params, cfg, dtype, cache, tokens[:, None], ones)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "dtype"))
+def full_logits(params, cfg, dtype, tokens):
+  """Logits at every position [B, S, V] float32 of a plain causal forward (no cache)."""
+  TRACE_COUNTS["full_logits"] += 1
+  b = tokens.shape[0]
+  empty = jnp.zeros((cfg.num_layers, b, 0, cfg.num_kv_heads, cfg.head_dim), dtype)
+  logits, _, _ = Decoder(cfg, dtype).apply(
+      {"params": params}, tokens, empty, empty, jnp.zeros((b,), jnp.int32))
+  return logits
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampler:
+  """Per-row token choice: greedy at temperature 0, else softmax(logits / temperature)."""
+  temperature: float = 0.0
+
+  def __call__(self, key, logits, aux):
+    del aux
+    if self.temperature <= 0:
+      return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    return jax.random.categorical(key, logits / self.temperature, axis=-1).astype(jnp.int32)
+
+
+@flax.struct.dataclass
+class DecodeState:
+  step: jax.Array      # scalar int32
+  key: jax.Array
+  logits: jax.Array    # [B, V] next-token logits
+  cache: kv_cache.KVCache
+  tokens: jax.Array    # [B, T] chosen tokens, pad after a row ends
+  done: jax.Array      # [B] bool
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "dtype", "max_new_tokens", "select",
+                                             "eos_ids", "pad_id"))
+def decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new_tokens: int,
+                select: Callable[[jax.Array, jax.Array, Any], jax.Array],
+                eos_ids: tuple[int, ...], pad_id: int):
+  """Chooses up to max_new_tokens tokens per row in one on-device loop.
+
+  Args:
+    logits: [B, V] logits of each row's next token (from prefill).
+    select: (key, logits [B, V], aux) -> tokens [B]; hashable (a frozen dataclass), static.
+    aux: any pytree select needs (e.g. a row mask); passed through unchanged.
+    eos_ids: a row is done once it emits one of these (the EOS itself is kept).
+
+  Returns:
+    (tokens [B, max_new_tokens] int32, lengths [B] int32 tokens up to and including EOS).
+  """
+  TRACE_COUNTS["decode_loop"] += 1
+  b = logits.shape[0]
+  eos = jnp.asarray(eos_ids, jnp.int32)
+
+  def cond(state: DecodeState):
+    return (state.step < max_new_tokens) & ~jnp.all(state.done)
+
+  def body(state: DecodeState):
+    # Keyed by step, so a token's randomness does not depend on how the loop is run.
+    token = select(jax.random.fold_in(state.key, state.step), state.logits, aux)
+    token = jnp.where(state.done, pad_id, token)
+    tokens = jax.lax.dynamic_update_slice(state.tokens, token[:, None], (0, state.step))
+    done = state.done | jnp.isin(token, eos)
+    next_logits, cache = _extend(params, cfg, dtype, state.cache, token[:, None],
+                                 jnp.ones((b,), jnp.int32))
+    return DecodeState(step=state.step + 1, key=state.key, logits=next_logits, cache=cache,
+                       tokens=tokens, done=done)
+
+  state = DecodeState(step=jnp.zeros((), jnp.int32), key=key, logits=logits, cache=cache,
+                      tokens=jnp.full((b, max_new_tokens), pad_id, jnp.int32),
+                      done=jnp.zeros((b,), bool))
+  state = jax.lax.while_loop(cond, body, state)
+  emitted = jnp.arange(max_new_tokens)[None, :] < state.step
+  is_eos = jnp.isin(state.tokens, eos) & emitted
+  first_eos = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1) + 1, state.step)
+  return state.tokens, first_eos.astype(jnp.int32)

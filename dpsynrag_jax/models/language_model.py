@@ -1,0 +1,255 @@
+"""LanguageModel: tokenizer, chat template, bucketed jitted prefill/decode, generate, logits.
+
+    lm = load_lm("smollm2-135m-instruct")      # preset, HF folder, hub id or .gguf file
+    lm.generate(["What is DP?"], max_new_tokens=32)
+    lm.logits(ids)                              # [B, S, V] float32
+
+Shapes are padded to buckets (batch to a multiple of 8, lengths up a ~1.5x ladder) so that calls
+of similar sizes reuse one compilation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpsynrag_jax.models import gguf_loader, inference, kv_cache, weight_maps
+from dpsynrag_jax.models.checkpoint import (CheckpointError, read_json, read_safetensors,
+                                            resolve_checkpoint_dir)
+from dpsynrag_jax.models.config import DecoderConfig, from_hf_config
+from dpsynrag_jax.models.decoder import Decoder
+from dpsynrag_jax.models.presets import resolve_lm
+
+BATCH_MULTIPLE = 8
+_LENGTH_LADDER = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+
+
+def bucket_length(n: int) -> int:
+  """Smallest ladder step >= n; past the ladder, the next multiple of 1024."""
+  for step in _LENGTH_LADDER:
+    if n <= step:
+      return step
+  return -(-n // 1024) * 1024
+
+
+def bucket_batch(n: int) -> int:
+  return max(BATCH_MULTIPLE, -(-n // BATCH_MULTIPLE) * BATCH_MULTIPLE)
+
+
+class LanguageModel:
+  """A decoder LM with its tokenizer; all device work goes through jitted, bucketed calls."""
+
+  def __init__(self, cfg: DecoderConfig, params, tokenizer, dtype=jnp.float32,
+               eos_ids: Sequence[int] = (), source: str = ""):
+    self.config = cfg
+    self.params = params
+    self.tokenizer = tokenizer
+    self.dtype = dtype
+    self.source = source
+    if not eos_ids and tokenizer is not None and tokenizer.eos_token_id is not None:
+      eos_ids = (tokenizer.eos_token_id,)
+    self.eos_ids = tuple(int(i) for i in eos_ids)
+    pad = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
+    self.pad_id = int(pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0))
+
+  # ---- text <-> ids -------------------------------------------------------------------------
+
+  def _require_tokenizer(self):
+    if self.tokenizer is None:
+      raise ValueError(f"{self.source} has no tokenizer; pass tokenizer= to load_lm.")
+    return self.tokenizer
+
+  def chat_prompt(self, user_message: str, system: Optional[str] = None) -> str:
+    """The chat template applied to one user turn, ending where the assistant starts."""
+    tok = self._require_tokenizer()
+    if not getattr(tok, "chat_template", None):
+      return user_message
+    messages = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": user_message}]
+    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+  def encode(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[int]]:
+    tok = self._require_tokenizer()
+    return [list(tok(t, add_special_tokens=add_special_tokens)["input_ids"]) for t in texts]
+
+  def decode(self, ids: Sequence[int]) -> str:
+    return self._require_tokenizer().decode(list(ids), skip_special_tokens=True)
+
+  # ---- device calls -------------------------------------------------------------------------
+
+  def logits(self, ids) -> np.ndarray:
+    """Full causal forward without cache: ids [B, S] -> logits [B, S, V] float32."""
+    ids = np.asarray(ids, np.int32)
+    if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:
+      raise ValueError(f"logits() takes a non-empty [B, S] array of token ids, got {ids.shape}.")
+    self._check_ids(ids)
+    b, s = ids.shape
+    padded = np.full((bucket_batch(b), bucket_length(s)), self.pad_id, np.int32)
+    padded[:b, :s] = ids  # right padding cannot change earlier positions (causal)
+    out = inference.full_logits(self.params, self.config, self.dtype, jnp.asarray(padded))
+    return np.asarray(out[:b, :s])
+
+  def _check_ids(self, ids: np.ndarray) -> None:
+    if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
+      raise ValueError(f"Token ids must lie in [0, {self.config.vocab_size}); got "
+                       f"[{ids.min()}, {ids.max()}].")
+
+  def prefill(self, token_lists: Sequence[Sequence[int]], capacity: int):
+    """Prefills right-padded prompts into a fresh cache of `capacity` slots.
+
+    Returns (next-token logits [Bp, V], cache) with Bp = bucket_batch(len(token_lists)); rows past
+    the real prompts are padding (one pad token each) and should be ignored.
+    """
+    if not token_lists:
+      raise ValueError("prefill() got no prompts.")
+    lengths = np.array([len(t) for t in token_lists], np.int32)
+    if lengths.min() == 0:
+      raise ValueError(f"Prompt {int(np.argmin(lengths))} is empty after tokenisation.")
+    s = bucket_length(int(lengths.max()))
+    if s > capacity:
+      raise ValueError(f"Cache capacity {capacity} is smaller than the prompt bucket {s}.")
+    b = bucket_batch(len(token_lists))
+    tokens = np.full((b, s), self.pad_id, np.int32)
+    for i, t in enumerate(token_lists):
+      tokens[i, :len(t)] = t
+    self._check_ids(tokens)
+    new_lengths = np.ones((b,), np.int32)
+    new_lengths[:len(lengths)] = lengths
+    cache = kv_cache.init_cache(self.config, b, capacity, self.dtype)
+    return inference.prefill(self.params, self.config, self.dtype, cache, jnp.asarray(tokens),
+                             jnp.asarray(new_lengths))
+
+  def decode_step(self, tokens, cache):
+    """One token per row [B] after the cache -> (logits [B, V], cache)."""
+    return inference.decode_step(self.params, self.config, self.dtype, cache,
+                                 jnp.asarray(tokens, jnp.int32))
+
+  def generate(self, prompts: Sequence[str], max_new_tokens: int, temperature: float = 0.0,
+               seed: int = 0, chat: bool = True, batch_size: int = 32) -> list[str]:
+    """Completions of `prompts` (chat template applied unless chat=False), greedy at 0."""
+    ids = self.generate_ids(prompts, max_new_tokens, temperature, seed, chat, batch_size)
+    return [self.decode(t) for t in ids]
+
+  def generate_ids(self, prompts: Sequence[str], max_new_tokens: int, temperature: float = 0.0,
+                   seed: int = 0, chat: bool = True, batch_size: int = 32) -> list[list[int]]:
+    """Like generate, returning token ids up to and including EOS."""
+    if isinstance(prompts, str):
+      raise TypeError("generate() takes a list of prompts, not a single string.")
+    if not prompts:
+      raise ValueError("generate() got an empty prompt list.")
+    if max_new_tokens < 1:
+      raise ValueError("max_new_tokens must be >= 1.")
+    texts = [self.chat_prompt(p) if chat else p for p in prompts]
+    token_lists = self.encode(texts)
+    out: list[list[int]] = []
+    key = jax.random.PRNGKey(seed)
+    for start in range(0, len(token_lists), batch_size):
+      chunk = token_lists[start:start + batch_size]
+      capacity = bucket_length(max(map(len, chunk))) + bucket_length(max_new_tokens)
+      logits, cache = self.prefill(chunk, capacity)
+      tokens, lengths = inference.decode_loop(
+          self.params, self.config, self.dtype, cache, logits,
+          jax.random.fold_in(key, start), max_new_tokens=max_new_tokens,
+          select=inference.Sampler(float(temperature)), eos_ids=self.eos_ids,
+          pad_id=self.pad_id)
+      tokens, lengths = np.asarray(tokens), np.asarray(lengths)
+      out.extend(tokens[i, :lengths[i]].tolist() for i in range(len(chunk)))
+    return out
+
+
+# ---- loading --------------------------------------------------------------------------------
+
+def _cache_dir() -> str:
+  return os.environ.get("DPSYNRAG_CACHE", os.path.join(os.path.expanduser("~"), ".cache",
+                                                       "dpsynrag_jax"))
+
+
+def _gguf_tokenizer(path: str):
+  """transformers' tokenizer for a GGUF file, converted once and cached as tokenizer.json."""
+  from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+  stat = os.stat(path)
+  key = hashlib.sha256(f"{os.path.abspath(path)}:{stat.st_size}:{stat.st_mtime}".encode())
+  cached = os.path.join(_cache_dir(), "gguf_tokenizers", key.hexdigest()[:16])
+  if os.path.exists(os.path.join(cached, "tokenizer.json")):
+    return AutoTokenizer.from_pretrained(cached)
+  tok = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(path)),
+                                      gguf_file=os.path.basename(path))
+  try:
+    tok.save_pretrained(cached)
+  except OSError as e:  # a read-only home only costs the conversion next time
+    logging.info("Could not cache the GGUF tokenizer at %s: %s", cached, e)
+  return tok
+
+
+def _hf_tokenizer(folder: str):
+  from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+  names = os.listdir(folder)
+  if not any(n.startswith("tokenizer") or n.endswith(".model") for n in names):
+    return None
+  return AutoTokenizer.from_pretrained(folder)
+
+
+def _hf_eos_ids(folder: str) -> tuple[int, ...]:
+  path = os.path.join(folder, "generation_config.json")
+  if not os.path.exists(path):
+    return ()
+  eos = read_json(path).get("eos_token_id")
+  if eos is None:
+    return ()
+  return tuple(eos) if isinstance(eos, list) else (int(eos),)
+
+
+class _PrefixAlias(dict):
+  """Checkpoints saved from the base model class lack the 'model.' prefix; accept both."""
+
+  def __missing__(self, name):
+    if name.startswith("model.") and name[len("model."):] in self:
+      return self[name[len("model."):]]
+    raise KeyError(name)
+
+  def __contains__(self, name):
+    return dict.__contains__(self, name) or (
+        name.startswith("model.") and dict.__contains__(self, name[len("model."):]))
+
+
+def load_lm(name_or_path: str, dtype=jnp.float32, tokenizer=None) -> LanguageModel:
+  """Loads a preset name, local HF folder (safetensors), hub id, or .gguf file."""
+  path = resolve_lm(name_or_path)
+  if path.endswith(".gguf"):
+    reader = gguf_loader.open_gguf(path)
+    meta = gguf_loader.metadata(reader)
+    tensors = gguf_loader.DequantisedTensors(reader)
+    cfg = gguf_loader.config_from_gguf(meta, tensors, path)
+    rules = weight_maps.GGUF_MAPS[meta["general.architecture"]]
+    tokenizer = tokenizer if tokenizer is not None else _gguf_tokenizer(path)
+    eos_ids: tuple[int, ...] = ()
+  else:
+    folder = resolve_checkpoint_dir(path)
+    cfg = from_hf_config(read_json(os.path.join(folder, "config.json")))
+    tensors = _PrefixAlias(read_safetensors(folder))
+    rules = weight_maps.HF_MAPS[cfg.model_type]
+    tokenizer = tokenizer if tokenizer is not None else _hf_tokenizer(folder)
+    eos_ids = _hf_eos_ids(folder)
+  expected = weight_maps.expected_params(Decoder(cfg, dtype), cfg, dtype)
+  params = weight_maps.apply_map(rules, tensors, cfg, expected, dtype, path)
+  return LanguageModel(cfg, params, tokenizer, dtype, eos_ids, source=path)
+
+
+def random_lm(cfg: DecoderConfig, seed: int = 0, dtype=jnp.float32, tokenizer=None,
+              eos_ids: Sequence[int] = ()) -> LanguageModel:
+  """A randomly initialised model of any shape (tests, benchmarks of large shapes)."""
+  tokens = jnp.zeros((1, 1), jnp.int32)
+  empty = jnp.zeros((cfg.num_layers, 1, 0, cfg.num_kv_heads, cfg.head_dim), dtype)
+  params = jax.jit(Decoder(cfg, dtype).init)(jax.random.PRNGKey(seed), tokens, empty, empty,
+                                             jnp.zeros((1,), jnp.int32))["params"]
+  return LanguageModel(cfg, params, tokenizer, dtype, eos_ids, source=f"random({seed})")
+
+
+__all__ = ["LanguageModel", "load_lm", "random_lm", "bucket_length", "bucket_batch",
+           "CheckpointError"]
