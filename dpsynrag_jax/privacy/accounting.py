@@ -210,12 +210,12 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
 
   if accountant == "closed_form":
     return make(c_closed)
-  # The RDP conversion is never looser than the closed form for zCDP events, so c_closed is
-  # inside the budget and brackets the answer from below; search upwards from there.
+  # c = 0 (no token cost) is inside the budget; c_closed is a good first guess (the RDP
+  # conversion is tighter, so the answer usually lies above it and the search doubles once).
   c_rdp = dp_accounting.calibrate_dp_mechanism(
       lambda: dp_rdp.RdpAccountant(list(orders)),
       lambda c: run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau),
       epsilon, delta,
-      bracket_interval=dp_accounting.LowerEndpointAndGuess(c_closed, 1.5 * c_closed),
+      bracket_interval=dp_accounting.LowerEndpointAndGuess(0.0, c_closed),
       tol=1e-12)
   return make(float(c_rdp))

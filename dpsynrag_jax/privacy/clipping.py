@@ -15,7 +15,9 @@ Two clipping forms:
       clip   = l_cent * min(1, c / ||l_cent||_inf)
     alpha = 1 is the paper's form (the -1 cancels in the centring); alpha -> 0 approaches raw
     logits. Only the shape of the distribution survives, not the logit scale, so one confident
-    document cannot drown the others.
+    document cannot drown the others. The exp-normalised row spans at most 1/alpha, so after
+    centring |l_cent| <= 1/(2 alpha): a c above 1/(2 alpha) clips nothing and is charged for
+    nothing it buys (the paper's c/tau ~ 0.1 with alpha = 1 is far below 1/2).
   * 'clamp': clip(l, -c, c), entrywise.
 
 Logits of -inf (a public vocabulary mask) are allowed: they land on the lowest clipped value,
