@@ -121,6 +121,11 @@ def test_entries_take_public_parameters_only():
     privacy.make_entry("exponential", {"epsilon": "0.4"})
   entry = privacy.make_entry("tokens", {"count": 70, "c": 0.1, "tau": 1.0}, cluster=3)
   assert entry.rho == pytest.approx(70 * 0.005)
+  # A hand-built entry that under-reports its rho is charged what its parameters cost.
+  forged = privacy.Entry(kind="tokens", params={"count": 70, "c": 0.1, "tau": 1.0}, rho=1e-9)
+  ledger = privacy.PrivacyLedger(10.0, 1e-3)
+  assert ledger.record(forged).rho == pytest.approx(0.35)
+  assert ledger.rho == pytest.approx(0.35)
 
 
 def test_recording_a_paper_scale_run_is_fast():

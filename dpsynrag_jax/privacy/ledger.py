@@ -39,7 +39,6 @@ FORMAT = "dpsynrag_jax.privacy_ledger/1"
 # Calibrated runs land on the budget up to rounding; do not refuse the last token over 1e-9.
 _BUDGET_SLACK = 1e-9
 
-# kind -> (parameter names, rho(params), DpEvent(params)).
 _GAUSSIAN_PARAMS = ("sensitivity", "sigma")
 _EXPONENTIAL_PARAMS = ("epsilon",)
 _TOKEN_PARAMS = ("count", "c", "tau")
@@ -74,6 +73,7 @@ def _token_event(p):
       dp_accounting.ZCDpEvent(rho=0.5 * (p["c"] / p["tau"])**2), p["count"])
 
 
+# kind -> (parameter names, rho(params), DpEvent(params)).
 _KINDS = {
     # Gaussian noise on a query of the given L2 sensitivity.
     "gaussian": (_GAUSSIAN_PARAMS, _gaussian_rho, _gaussian_event),
@@ -188,6 +188,8 @@ class PrivacyLedger:
 
   def record(self, entry: Entry) -> Entry:
     """Appends `entry`, or raises BudgetExceededError (recording nothing) if it does not fit."""
+    # Re-derive rho from the parameters: an Entry built by hand cannot under-report its cost.
+    entry = make_entry(entry.kind, entry.params, label=entry.label, cluster=entry.cluster)
     rdp = self._event_rdp(entry)
     global_rho, global_rdp = self._global_rho, self._global_rdp
     cluster_rho, cluster_rdp = self._cluster_rho, self._cluster_rdp
