@@ -22,6 +22,10 @@ naming the file and the (1-based) line:
     an empty file, or no document left after the policies     error
     an unknown extension                                       error listing the supported ones
 
+Duplicates are kept by default: the guarantee is per document (neighbouring corpora differ by one
+document), and two people may well write the same text. Pass "skip" when a duplicate more likely
+means one person's record copied twice, which would otherwise count that person twice.
+
 Texts are stripped of surrounding whitespace; nothing else is changed. A UTF-8 byte order mark at
 the start of the file is dropped (spreadsheet programs write one). `max_chars` is a coarse guard
 only: the pipeline truncates to its prompt budget in tokens later.
@@ -253,7 +257,7 @@ def load_corpus(path: str | os.PathLike, *, text_field: str = "text",
         counts["skipped_empty"] += 1
         continue
       if max_chars is not None and len(text) > max_chars:
-        text = text[:max_chars]
+        text = text[:max_chars].rstrip()
         counts["truncated"] += 1
       if text in seen:
         if on_duplicate == "error":
