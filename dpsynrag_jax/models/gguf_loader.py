@@ -67,6 +67,10 @@ def config_from_gguf(meta: Mapping, tensors: DequantisedTensors, source: str) ->
     raise CheckpointError(
         f"{source}: GGUF architecture {arch!r} is not supported (supported: "
         f"{SUPPORTED_GGUF_ARCHITECTURES}); load the HF checkpoint folder instead.")
+  if "rope_freqs.weight" in tensors:
+    raise CheckpointError(
+        f"{source}: this GGUF scales rotary frequencies with a rope_freqs tensor (Llama 3.1 "
+        "style), which the GGUF path does not read; load the model's HF folder instead.")
   get = lambda key, default=None: meta.get(f"{arch}.{key}", default)
   try:
     hidden = int(get("embedding_length"))
