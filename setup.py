@@ -3,8 +3,8 @@
 import setuptools
 
 INSTALL_REQUIRES = [
-    "jax>=0.4.35,<0.11",
-    "flax>=0.10.0,<0.13",
+    "jax>=0.7,<0.11",
+    "flax>=0.11,<0.13",
     "numpy>=1.26,<3",
     "scipy>=1.11,<2",
     "dp-accounting>=0.4.4,<0.7",
@@ -19,6 +19,8 @@ INSTALL_REQUIRES = [
     "tqdm>=4.66,<5",
     "matplotlib>=3.8,<4",
     "jinja2>=3.1,<4",
+    # The public keyword vocabulary V and its word frequencies (data CC-BY-SA 4.0).
+    "wordfreq>=3.0,<4",
 ]
 
 EXTRAS_REQUIRE = {
@@ -30,7 +32,7 @@ EXTRAS_REQUIRE = {
         "accelerate>=1.0,<2",
     ],
     "gpu": [
-        "jax[cuda12]>=0.4.35,<0.11",
+        "jax[cuda12]>=0.7,<0.11",
         "faiss-gpu>=1.8,<2",
     ],
 }

@@ -5,7 +5,7 @@ Axis letters: B batch, S new tokens in this call, C cache slots, L layers, D mod
 N query heads, K key/value heads, G = N / K query heads per KV head, H head width, V vocabulary.
 
 Every call extends a KV cache: it reads the cache (read-only, scanned per layer) and returns the
-new tokens' keys and values [L, B, S, K, H]; the caller writes them in one update outside the
+new tokens' keys and values [L, B, K, S, H]; the caller writes them in one update outside the
 layer scan (see kv_cache.py). A full forward without cache is the same call with C = 0.
 """
 
@@ -51,10 +51,10 @@ class Attention(nn.Module):
   dtype: jnp.dtype
 
   @nn.compact
-  def __call__(self, x, cos, sin, positions, cache_k, cache_v, cache_len, window):
-    """x [B, S, D]; positions [B, S]; cache_k/v [B, C, K, H]; cache_len [B]; window scalar.
+  def __call__(self, x, cos, sin, positions, cache_k, cache_v, cache_positions, window):
+    """x [B, S, D]; positions [B, S]; cache_k/v [B, K, C, H]; cache_positions [B, C]; window.
 
-    Returns (out [B, S, D], k [B, S, K, H], v [B, S, K, H]).
+    Returns (out [B, S, D], k [B, K, S, H], v [B, K, S, H]).
     """
     cfg = self.cfg
     b, s, _ = x.shape
@@ -66,34 +66,31 @@ class Attention(nn.Module):
     q = rope.apply_rotary(q.reshape(b, s, cfg.num_heads, cfg.head_dim), cos, sin)
     k = rope.apply_rotary(k.reshape(b, s, cfg.num_kv_heads, cfg.head_dim), cos, sin)
     v = v.reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)             # [B, K, S, H]
 
     groups = cfg.num_heads // cfg.num_kv_heads
-    qg = q.reshape(b, s, cfg.num_kv_heads, groups, cfg.head_dim) * jnp.asarray(
-        cfg.attention_scale, q.dtype)
+    qg = q.reshape(b, s, cfg.num_kv_heads, groups, cfg.head_dim).transpose(0, 2, 3, 1, 4)
+    qg = qg * jnp.asarray(cfg.attention_scale, q.dtype)                  # [B, K, G, S, H]
     f32 = jnp.float32
-    scores_cache = jnp.einsum("bskgh,bckh->bkgsc", qg, cache_k, preferred_element_type=f32)
-    scores_new = jnp.einsum("bskgh,btkh->bkgst", qg, k, preferred_element_type=f32)
+    scores_cache = jnp.einsum("bkgsh,bkch->bkgsc", qg, cache_k, preferred_element_type=f32)
+    scores_new = jnp.einsum("bkgsh,bkth->bkgst", qg, k, preferred_element_type=f32)
 
-    # Cache slot c holds absolute position c; row b's slots >= cache_len[b] are stale.
-    q_pos = positions[:, None, None, :, None]                          # [B, 1, 1, S, 1]
-    slot = jnp.arange(cache_k.shape[1])
-    cache_pos = slot[None, None, None, None, :]                        # [1, 1, 1, 1, C]
-    cache_ok = slot[None, :] < cache_len[:, None]                      # [B, C]
-    cache_ok = cache_ok[:, None, None, None, :]
-    new_pos = positions[:, None, None, None, :]                        # [B, 1, 1, 1, S]
-    new_ok = new_pos <= q_pos                                          # causal within the call
+    # Masks come from positions, never slots: padded and empty slots hold position -1.
+    q_pos = positions[:, None, None, :, None]                            # [B, 1, 1, S, 1]
+    cache_pos = cache_positions[:, None, None, None, :]                  # [B, 1, 1, 1, C]
+    new_pos = positions[:, None, None, None, :]                          # [B, 1, 1, 1, S]
     in_window = lambda kpos: jnp.logical_or(window <= 0, q_pos - kpos < window)
-    cache_ok = cache_ok & in_window(cache_pos)
-    new_ok = new_ok & in_window(new_pos)
+    cache_ok = (cache_pos >= 0) & (cache_pos <= q_pos) & in_window(cache_pos)
+    new_ok = (new_pos <= q_pos) & in_window(new_pos)                     # causal in the call
 
     cap = cfg.attn_logit_softcap
     scores = jnp.concatenate([
         jnp.where(cache_ok, _softcap(scores_cache, cap), _NEG_INF),
         jnp.where(new_ok, _softcap(scores_new, cap), _NEG_INF)], axis=-1)
     probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
-    c = cache_k.shape[1]
-    out = (jnp.einsum("bkgsc,bckh->bskgh", probs[..., :c], cache_v) +
-           jnp.einsum("bkgst,btkh->bskgh", probs[..., c:], v))
+    c = cache_k.shape[2]
+    out = (jnp.einsum("bkgsc,bkch->bskgh", probs[..., :c], cache_v) +
+           jnp.einsum("bkgst,bkth->bskgh", probs[..., c:], v))
     out = out.reshape(b, s, cfg.num_heads * cfg.head_dim)
     return dense(cfg.hidden_size, cfg.o_bias, "o_proj")(out), k, v
 
@@ -117,12 +114,12 @@ class DecoderLayer(nn.Module):
   dtype: jnp.dtype
 
   @nn.compact
-  def __call__(self, x, scanned, cos, sin, positions, cache_len):
+  def __call__(self, x, scanned, cos, sin, positions, cache_positions):
     cache_k, cache_v, window = scanned
     cfg = self.cfg
     norm = lambda name: RMSNorm(cfg.rms_norm_eps, cfg.norm_plus_one, name=name)
     h, k, v = Attention(cfg, self.dtype, name="attn")(
-        norm("input_norm")(x), cos, sin, positions, cache_k, cache_v, cache_len, window)
+        norm("input_norm")(x), cos, sin, positions, cache_k, cache_v, cache_positions, window)
     if cfg.sandwich_norms:
       h = norm("post_attn_norm")(h)
     x = x + h
@@ -138,17 +135,18 @@ class Decoder(nn.Module):
   dtype: jnp.dtype = jnp.float32
 
   @nn.compact
-  def __call__(self, tokens, cache_k, cache_v, cache_len, logits_index=None):
-    """Runs S new tokens per row after each row's cached prefix.
+  def __call__(self, tokens, cache_k, cache_v, cache_positions, lengths, logits_index=None):
+    """Runs S new tokens per row after each row's cached tokens.
 
     Args:
       tokens: [B, S] int32; row b's valid new tokens are its first ones (right padding).
-      cache_k, cache_v: [L, B, C, K, H]; C may be 0 (no cache).
-      cache_len: [B] int32, positions already in the cache per row.
+      cache_k, cache_v: [L, B, K, C, H]; C may be 0 (no cache).
+      cache_positions: [B, C] int32 position held by each cache slot, -1 when empty.
+      lengths: [B] int32, tokens already in the cache per row (the first new token's position).
       logits_index: None for logits at every new position, or [B] int32 picking one position.
 
     Returns:
-      (logits [B, S, V] or [B, V] float32, new_k [L, B, S, K, H], new_v [L, B, S, K, H]).
+      (logits [B, S, V] or [B, V] float32, new_k [L, B, K, S, H], new_v [L, B, K, S, H]).
     """
     cfg = self.cfg
     embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=self.dtype,
@@ -156,7 +154,7 @@ class Decoder(nn.Module):
     x = embed(tokens)
     if cfg.embed_scale:
       x = x * jnp.asarray(cfg.hidden_size ** 0.5, self.dtype)
-    positions = cache_len[:, None] + jnp.arange(tokens.shape[1])[None, :]
+    positions = lengths[:, None] + jnp.arange(tokens.shape[1])[None, :]
     cos, sin = rope.cos_sin(cfg, positions)
 
     layers = nn.scan(
@@ -166,7 +164,8 @@ class Decoder(nn.Module):
         in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
         length=cfg.num_layers)(cfg, self.dtype, name="layers")
     windows = jnp.asarray(cfg.layer_windows, jnp.int32)
-    x, (new_k, new_v) = layers(x, (cache_k, cache_v, windows), cos, sin, positions, cache_len)
+    x, (new_k, new_v) = layers(x, (cache_k, cache_v, windows), cos, sin, positions,
+                               cache_positions)
 
     x = RMSNorm(cfg.rms_norm_eps, cfg.norm_plus_one, name="final_norm")(x)
     if logits_index is not None:

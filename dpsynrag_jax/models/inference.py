@@ -25,13 +25,13 @@ from dpsynrag_jax.models.decoder import Decoder
 TRACE_COUNTS: collections.Counter = collections.Counter()
 
 
-def _extend(params, cfg: DecoderConfig, dtype, cache: kv_cache.KVCache, tokens, new_lengths):
+def extend(params, cfg: DecoderConfig, dtype, cache: kv_cache.KVCache, tokens, new_lengths):
   """Feeds tokens [B, S] (row b's first new_lengths[b] valid) after the cache.
 
   Returns (logits at each row's last new token [B, V] float32, updated cache).
   """
   logits, new_k, new_v = Decoder(cfg, dtype).apply(
-      {"params": params}, tokens, cache.k, cache.v, cache.lengths,
+      {"params": params}, tokens, cache.k, cache.v, cache.positions, cache.lengths,
       logits_index=jnp.maximum(new_lengths - 1, 0))
   return logits, kv_cache.append(cache, new_k, new_v, new_lengths)
 
@@ -40,7 +40,7 @@ def _extend(params, cfg: DecoderConfig, dtype, cache: kv_cache.KVCache, tokens, 
 def prefill(params, cfg, dtype, cache, tokens, new_lengths):
   """Jitted _extend for a prompt chunk [B, S]; the cache buffer is donated (updated in place)."""
   TRACE_COUNTS["prefill"] += 1
-  return _extend(params, cfg, dtype, cache, tokens, new_lengths)
+  return extend(params, cfg, dtype, cache, tokens, new_lengths)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "dtype"), donate_argnames=("cache",))
@@ -48,7 +48,7 @@ def decode_step(params, cfg, dtype, cache, tokens):
   """Jitted one-token step: tokens [B] -> (next logits [B, V], cache)."""
   TRACE_COUNTS["decode_step"] += 1
   ones = jnp.ones(tokens.shape, jnp.int32)
-  return _extend(params, cfg, dtype, cache, tokens[:, None], ones)
+  return extend(params, cfg, dtype, cache, tokens[:, None], ones)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "dtype"))
@@ -56,9 +56,9 @@ def full_logits(params, cfg, dtype, tokens):
   """Logits at every position [B, S, V] float32 of a plain causal forward (no cache)."""
   TRACE_COUNTS["full_logits"] += 1
   b = tokens.shape[0]
-  empty = jnp.zeros((cfg.num_layers, b, 0, cfg.num_kv_heads, cfg.head_dim), dtype)
+  cache = kv_cache.init_cache(cfg, b, 0, dtype)
   logits, _, _ = Decoder(cfg, dtype).apply(
-      {"params": params}, tokens, empty, empty, jnp.zeros((b,), jnp.int32))
+      {"params": params}, tokens, cache.k, cache.v, cache.positions, cache.lengths)
   return logits
 
 
@@ -84,12 +84,10 @@ class DecodeState:
   done: jax.Array      # [B] bool
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "dtype", "max_new_tokens", "select",
-                                             "eos_ids", "pad_id"))
-def decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new_tokens: int,
-                select: Callable[[jax.Array, jax.Array, Any], jax.Array],
-                eos_ids: tuple[int, ...], pad_id: int):
-  """Chooses up to max_new_tokens tokens per row in one on-device loop.
+def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new_tokens: int,
+                    select: Callable[[jax.Array, jax.Array, Any], jax.Array],
+                    eos_ids: tuple[int, ...], pad_id: int):
+  """Chooses up to max_new_tokens tokens per row in one on-device loop (not jitted itself).
 
   Args:
     logits: [B, V] logits of each row's next token (from prefill).
@@ -100,7 +98,6 @@ def decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new_tok
   Returns:
     (tokens [B, max_new_tokens] int32, lengths [B] int32 tokens up to and including EOS).
   """
-  TRACE_COUNTS["decode_loop"] += 1
   b = logits.shape[0]
   eos = jnp.asarray(eos_ids, jnp.int32)
 
@@ -113,7 +110,7 @@ def decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new_tok
     token = jnp.where(state.done, pad_id, token)
     tokens = jax.lax.dynamic_update_slice(state.tokens, token[:, None], (0, state.step))
     done = state.done | jnp.isin(token, eos)
-    next_logits, cache = _extend(params, cfg, dtype, state.cache, token[:, None],
+    next_logits, cache = extend(params, cfg, dtype, state.cache, token[:, None],
                                  jnp.ones((b,), jnp.int32))
     return DecodeState(step=state.step + 1, key=state.key, logits=next_logits, cache=cache,
                        tokens=tokens, done=done)
@@ -126,3 +123,14 @@ def decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new_tok
   is_eos = jnp.isin(state.tokens, eos) & emitted
   first_eos = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1) + 1, state.step)
   return state.tokens, first_eos.astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "dtype", "max_new_tokens", "select",
+                                             "eos_ids", "pad_id"))
+def decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new_tokens: int,
+                select, eos_ids: tuple[int, ...], pad_id: int):
+  """Jitted run_decode_loop."""
+  TRACE_COUNTS["decode_loop"] += 1
+  return run_decode_loop(params, cfg, dtype, cache, logits, key, aux,
+                         max_new_tokens=max_new_tokens, select=select, eos_ids=eos_ids,
+                         pad_id=pad_id)

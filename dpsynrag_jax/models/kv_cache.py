@@ -1,9 +1,13 @@
-"""The KV cache: an explicit pytree, one contiguous run of positions per row.
+"""The KV cache: an explicit pytree of keys, values and the position held by each slot.
 
-Row b's cache holds positions 0 .. lengths[b] - 1 in slots of the same index. Prompts are right
-padded, and every call writes a row's new keys at its own offset lengths[b], so rows of different
-prompt lengths decode side by side without holes; slots at or past lengths[b] are stale and
-masked. Layout [L, B, C, K, H]: L layers (scanned), B rows, C slots, K KV heads, H head width.
+Layout [L, B, K, C, H]: L layers (scanned), B rows, K KV heads, C slots, H head width; heads
+before slots so that attention reads the cache as a batched matmul without a transpose.
+
+All rows write to the same slots: a call with S new tokens per row fills slots
+cursor .. cursor + S - 1 with one in-place dynamic_update_slice (a per-row offset would be a
+scatter, several times slower per decode step on CPU). Rows of different prompt lengths are
+right padded, so a row may have empty slots in the middle: `positions[b, c]` says which
+position slot c holds for row b (-1 for none) and attention masks by position, never by slot.
 """
 
 from __future__ import annotations
@@ -17,13 +21,15 @@ from dpsynrag_jax.models.config import DecoderConfig
 
 @flax.struct.dataclass
 class KVCache:
-  k: jax.Array        # [L, B, C, K, H]
-  v: jax.Array        # [L, B, C, K, H]
-  lengths: jax.Array  # [B] int32, valid positions per row
+  k: jax.Array          # [L, B, K, C, H]
+  v: jax.Array          # [L, B, K, C, H]
+  positions: jax.Array  # [B, C] int32 position held by each slot, -1 when empty
+  lengths: jax.Array    # [B] int32 next position of each row (= tokens it holds)
+  cursor: jax.Array     # [] int32 next free slot, shared by all rows
 
   @property
   def capacity(self) -> int:
-    return self.k.shape[2]
+    return self.k.shape[3]
 
   @property
   def batch_size(self) -> int:
@@ -31,33 +37,45 @@ class KVCache:
 
 
 def init_cache(cfg: DecoderConfig, batch: int, capacity: int, dtype=jnp.float32) -> KVCache:
-  shape = (cfg.num_layers, batch, capacity, cfg.num_kv_heads, cfg.head_dim)
+  shape = (cfg.num_layers, batch, cfg.num_kv_heads, capacity, cfg.head_dim)
   return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
-                 lengths=jnp.zeros((batch,), jnp.int32))
-
-
-def _write_rows(cache: jax.Array, new: jax.Array, offsets: jax.Array) -> jax.Array:
-  """cache [L, B, C, K, H] with new [L, B, S, K, H] written at slot offsets[b] of row b."""
-  def one_row(row_cache, row_new, offset):  # [L, C, K, H], [L, S, K, H], scalar
-    zero = jnp.zeros((), offset.dtype)
-    return jax.lax.dynamic_update_slice(row_cache, row_new.astype(row_cache.dtype),
-                                        (zero, offset, zero, zero))
-  return jax.vmap(one_row, in_axes=(1, 1, 0), out_axes=1)(cache, new, offsets)
+                 positions=jnp.full((batch, capacity), -1, jnp.int32),
+                 lengths=jnp.zeros((batch,), jnp.int32), cursor=jnp.zeros((), jnp.int32))
 
 
 def append(cache: KVCache, new_k: jax.Array, new_v: jax.Array,
            new_lengths: jax.Array) -> KVCache:
-  """Writes a call's keys/values after each row's prefix; rows advance by new_lengths [B].
+  """Writes a call's keys/values [L, B, K, S, H] at slots cursor .. cursor + S - 1.
 
-  The caller guarantees lengths + S <= capacity (dynamic_update_slice would clamp silently).
+  Row b's first new_lengths[b] tokens are real; its padding slots get position -1. The caller
+  guarantees cursor + S <= capacity (dynamic_update_slice would clamp silently).
   """
-  return KVCache(k=_write_rows(cache.k, new_k, cache.lengths),
-                 v=_write_rows(cache.v, new_v, cache.lengths),
-                 lengths=cache.lengths + new_lengths.astype(jnp.int32))
+  s = new_k.shape[3]
+  zero = jnp.zeros((), jnp.int32)
+  at = (zero, zero, zero, cache.cursor, zero)
+  offsets = jnp.arange(s, dtype=jnp.int32)[None, :]
+  new_positions = jnp.where(offsets < new_lengths[:, None], cache.lengths[:, None] + offsets, -1)
+  return KVCache(
+      k=jax.lax.dynamic_update_slice(cache.k, new_k.astype(cache.k.dtype), at),
+      v=jax.lax.dynamic_update_slice(cache.v, new_v.astype(cache.v.dtype), at),
+      positions=jax.lax.dynamic_update_slice(cache.positions, new_positions, (zero, cache.cursor)),
+      lengths=cache.lengths + new_lengths.astype(jnp.int32),
+      cursor=cache.cursor + s)
 
 
-def broadcast_rows(cache: KVCache, batch: int) -> KVCache:
-  """A one-row cache (e.g. a shared prompt prefix) repeated for `batch` rows."""
-  rep = lambda a: jnp.broadcast_to(a, a.shape[:1] + (batch,) + a.shape[2:])
-  return KVCache(k=rep(cache.k), v=rep(cache.v),
-                 lengths=jnp.broadcast_to(cache.lengths, (batch,)))
+def with_prefix(cache: KVCache, prefix_k: jax.Array, prefix_v: jax.Array) -> KVCache:
+  """An empty cache whose first P slots hold a shared prefix [L, 1, K, P, H] in every row."""
+  p = prefix_k.shape[3]
+  b = cache.batch_size
+  shape = prefix_k.shape[:1] + (b,) + prefix_k.shape[2:]
+  zero = jnp.zeros((), jnp.int32)
+  at = (zero,) * 5
+  positions = jnp.where(jnp.arange(cache.capacity)[None, :] < p,
+                        jnp.arange(cache.capacity)[None, :], -1)
+  return KVCache(
+      k=jax.lax.dynamic_update_slice(cache.k, jnp.broadcast_to(prefix_k, shape).astype(
+          cache.k.dtype), at),
+      v=jax.lax.dynamic_update_slice(cache.v, jnp.broadcast_to(prefix_v, shape).astype(
+          cache.v.dtype), at),
+      positions=jnp.broadcast_to(positions, (b, cache.capacity)).astype(jnp.int32),
+      lengths=jnp.full((b,), p, jnp.int32), cursor=jnp.asarray(p, jnp.int32))

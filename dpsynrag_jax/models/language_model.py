@@ -22,7 +22,7 @@ import numpy as np
 from dpsynrag_jax.models import gguf_loader, inference, kv_cache, weight_maps
 from dpsynrag_jax.models.checkpoint import (CheckpointError, read_json, read_safetensors,
                                             resolve_checkpoint_dir)
-from dpsynrag_jax.models.config import DecoderConfig, from_hf_config
+from dpsynrag_jax.models.config import DecoderConfig, RopeConfig, from_hf_config
 from dpsynrag_jax.models.decoder import Decoder
 from dpsynrag_jax.models.presets import resolve_lm
 
@@ -130,6 +130,19 @@ class LanguageModel:
     return inference.decode_step(self.params, self.config, self.dtype, cache,
                                  jnp.asarray(tokens, jnp.int32))
 
+  def next_token_logits(self, prompts: Sequence[str], chat: bool = True,
+                        batch_size: int = 32) -> np.ndarray:
+    """Logits of the token after each prompt [N, V] float32 (chat template unless chat=False)."""
+    if isinstance(prompts, str) or not prompts:
+      raise ValueError("next_token_logits() takes a non-empty list of prompts.")
+    token_lists = self.encode([self.chat_prompt(p) if chat else p for p in prompts])
+    out = []
+    for start in range(0, len(token_lists), batch_size):
+      chunk = token_lists[start:start + batch_size]
+      logits, _ = self.prefill(chunk, bucket_length(max(map(len, chunk))))
+      out.append(np.asarray(logits[:len(chunk)]))
+    return np.concatenate(out)
+
   def generate(self, prompts: Sequence[str], max_new_tokens: int, temperature: float = 0.0,
                seed: int = 0, chat: bool = True, batch_size: int = 32) -> list[str]:
     """Completions of `prompts` (chat template applied unless chat=False), greedy at 0."""
@@ -218,8 +231,24 @@ class _PrefixAlias(dict):
         name.startswith("model.") and dict.__contains__(self, name[len("model."):]))
 
 
+# A 2-layer random decoder with SmolLM2's tokenizer: end-to-end tests and CPU smoke runs.
+TINY_RANDOM = "tiny-random"
+TINY_RANDOM_CONFIG = DecoderConfig(
+    model_type="llama", vocab_size=49152, hidden_size=64, intermediate_size=128, num_layers=2,
+    num_heads=4, num_kv_heads=2, head_dim=16, rope=RopeConfig(theta=100000.0),
+    tie_word_embeddings=True)
+
+
 def load_lm(name_or_path: str, dtype=jnp.float32, tokenizer=None) -> LanguageModel:
-  """Loads a preset name, local HF folder (safetensors), hub id, or .gguf file."""
+  """Loads a preset name, local HF folder (safetensors), hub id, or .gguf file.
+
+  "tiny-random" is a randomly initialised 2-layer model with the embedded SmolLM2's tokenizer.
+  """
+  if name_or_path == TINY_RANDOM:
+    smollm2 = resolve_lm("smollm2-135m-instruct")
+    tokenizer = tokenizer if tokenizer is not None else _gguf_tokenizer(smollm2)
+    return random_lm(TINY_RANDOM_CONFIG, seed=0, dtype=dtype, tokenizer=tokenizer,
+                     eos_ids=(tokenizer.eos_token_id,))
   path = resolve_lm(name_or_path)
   if path.endswith(".gguf"):
     reader = gguf_loader.open_gguf(path)
@@ -245,9 +274,9 @@ def random_lm(cfg: DecoderConfig, seed: int = 0, dtype=jnp.float32, tokenizer=No
               eos_ids: Sequence[int] = ()) -> LanguageModel:
   """A randomly initialised model of any shape (tests, benchmarks of large shapes)."""
   tokens = jnp.zeros((1, 1), jnp.int32)
-  empty = jnp.zeros((cfg.num_layers, 1, 0, cfg.num_kv_heads, cfg.head_dim), dtype)
-  params = jax.jit(Decoder(cfg, dtype).init)(jax.random.PRNGKey(seed), tokens, empty, empty,
-                                             jnp.zeros((1,), jnp.int32))["params"]
+  empty = kv_cache.init_cache(cfg, 1, 0, dtype)
+  params = jax.jit(Decoder(cfg, dtype).init)(jax.random.PRNGKey(seed), tokens, empty.k, empty.v,
+                                             empty.positions, empty.lengths)["params"]
   return LanguageModel(cfg, params, tokenizer, dtype, eos_ids, source=f"random({seed})")
 
 

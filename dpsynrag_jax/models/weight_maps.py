@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpsynrag_jax.models import kv_cache
 from dpsynrag_jax.models.checkpoint import CheckpointError, check_shape, take
 from dpsynrag_jax.models.config import DecoderConfig
 
@@ -221,7 +222,7 @@ def _transformed(rule: Rule, w: np.ndarray, cfg: DecoderConfig, name: str, sourc
 def expected_params(module, cfg: DecoderConfig, dtype) -> Mapping:
   """Abstract parameter tree of `module` (shapes and dtypes only, nothing allocated)."""
   tokens = jnp.zeros((1, 1), jnp.int32)
-  empty = jnp.zeros((cfg.num_layers, 1, 0, cfg.num_kv_heads, cfg.head_dim), dtype)
-  lengths = jnp.zeros((1,), jnp.int32)
-  variables = jax.eval_shape(module.init, jax.random.PRNGKey(0), tokens, empty, empty, lengths)
+  empty = kv_cache.init_cache(cfg, 1, 0, dtype)
+  variables = jax.eval_shape(module.init, jax.random.PRNGKey(0), tokens, empty.k, empty.v,
+                             empty.positions, empty.lengths)
   return variables["params"]
