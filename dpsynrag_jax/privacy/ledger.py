@@ -349,3 +349,43 @@ class PrivacyLedger:
   def load(cls, path: str) -> "PrivacyLedger":
     with open(path, encoding="utf-8") as f:
       return cls.from_json(f.read())
+
+
+class ResumableLedger:
+  """A PrivacyLedger saved to `path`, whose releases are recorded once per label.
+
+  A resumed run re-runs keyed mechanisms and gets exactly the draws the interrupted run got; it
+  must not pay for them twice. Each record_* method here names its release (e.g. "cluster 3
+  mean") and skips the charge when the loaded ledger already holds that label. Callers save()
+  before persisting anything derived from a mechanism's output.
+  """
+
+  def __init__(self, path: str, calibration: accounting.Calibration):
+    self.path = path
+    self.ledger = (PrivacyLedger.load(path) if os.path.exists(path)
+                   else PrivacyLedger.for_calibration(calibration))
+    self._labels = {e.label for e in self.ledger.entries}
+
+  def _once(self, label: str, record) -> None:
+    if label not in self._labels:
+      record(label)
+      self._labels.add(label)
+
+  def record_histogram(self, K: int, sigma_h: float) -> None:
+    self._once("keyword histogram",
+               lambda label: self.ledger.record_histogram(K, sigma_h, label=label))
+
+  def record_cluster_mean(self, cluster: int, sigma_mu: float) -> None:
+    self._once(f"cluster {cluster} mean",
+               lambda label: self.ledger.record_cluster_mean(cluster, sigma_mu, label=label))
+
+  def record_threshold(self, cluster: int, eps_theta: float) -> None:
+    self._once(f"cluster {cluster} threshold",
+               lambda label: self.ledger.record_threshold(cluster, eps_theta, label=label))
+
+  def record_tokens(self, cluster: int | None, T: int, c: float, tau: float) -> None:
+    name = f"cluster {cluster} tokens" if cluster is not None else "tokens"
+    self._once(name, lambda label: self.ledger.record_tokens(cluster, T, c, tau, label=label))
+
+  def save(self) -> None:
+    self.ledger.save(self.path)

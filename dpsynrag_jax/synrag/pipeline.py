@@ -1,0 +1,285 @@
+"""DP-SynRAG Algorithm 1 as a resumable job: private documents in, a synthetic database out.
+
+Phases (each timed and logged):
+  load       models and the private documents (truncated to the prompt budget)
+  keywords   K public-vocabulary words per document                       (private, cached)
+  histogram  noisy keyword counts -> top-R keywords                        (released, ledger)
+  clusters   soft clusters, each document in at most L                     (private)
+  embed      unit embeddings of the documents                              (private, cached)
+  rerank     per cluster: noisy embedding sum, threshold -> S_r            (ledger)
+  decode     per cluster: T private tokens from S_r's clipped logit sum    (released, ledger)
+  filter     self-filter of the synthetic texts                            (post-processing)
+  release    synthetic_db.jsonl, index.faiss, privacy_ledger.json
+
+Privacy bookkeeping: every mechanism is charged to the ledger, and the ledger saved, BEFORE
+anything derived from its output is persisted. Randomness is keyed (histogram: fold_in(seed, 1);
+cluster r: fold_in(fold_in(seed, 2), r)), so a resumed run recomputes exactly what an
+interrupted one drew and charges nothing twice (privacy.ResumableLedger records once per label).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import time
+from typing import Sequence
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import tqdm
+
+from dpsynrag_jax import privacy
+from dpsynrag_jax.models import load_encoder, load_lm
+from dpsynrag_jax.rag import index as rag_index
+from dpsynrag_jax.synrag import clustering, keywords, reranking, self_filter
+from dpsynrag_jax.synrag import workdir as wd_lib
+from dpsynrag_jax.synrag.private_prediction import PrivatePredictor
+from dpsynrag_jax.synrag.vocabulary import english_vocabulary
+
+_HISTOGRAM_STREAM, _CLUSTER_STREAM = 1, 2
+
+
+class PipelineInterrupted(RuntimeError):
+  """Raised by runtime.stop_after_clusters, to test resumption as a real interruption would."""
+
+
+class _Timer:
+  """Wall time per phase, logged as each ends."""
+
+  def __init__(self):
+    self.seconds: dict[str, float] = {}
+
+  @contextlib.contextmanager
+  def phase(self, name: str):
+    start = time.time()
+    logging.info("phase %s ...", name)
+    yield
+    self.seconds[name] = self.seconds.get(name, 0.0) + time.time() - start
+    logging.info("phase %s done in %.1f s", name, self.seconds[name])
+
+
+def _dtype(name: str):
+  return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[name]
+
+
+def calibration_of(config) -> privacy.Calibration:
+  p = config.privacy
+  return privacy.calibrate(
+      p.epsilon, p.delta, K=config.keywords.K, L=config.clustering.L, T=config.generation.T,
+      tau=config.generation.tau, rho_hist=p.rho_hist, eps_theta=p.eps_theta,
+      rho_retr=p.rho_retr, accountant=p.accountant)
+
+
+# ---- data -----------------------------------------------------------------------------------
+
+def load_private_documents(data_config) -> tuple[list[str], list[str]]:
+  """(documents, where) with where[i] naming document i for error messages."""
+  if data_config.name == "medical_synth":
+    from dpsynrag_jax.data import load_medical_synth  # pylint: disable=g-import-not-at-top
+    ms = load_medical_synth(num_documents=data_config.num_documents, num_validation=0,
+                            num_test=0, seed=data_config.split_seed)
+    return list(ms.documents), [f"Medical Synth document {i}" for i in range(len(ms.documents))]
+  if data_config.name == "corpus":
+    from dpsynrag_jax.data import load_corpus  # pylint: disable=g-import-not-at-top
+    if not data_config.path:
+      raise ValueError("data.name='corpus' needs --config.data.path=docs.jsonl (or .csv).")
+    corpus = load_corpus(data_config.path, text_field=data_config.text_field)
+    texts = list(corpus.texts)
+    where = [f"{data_config.path} line {n}" for n in corpus.line_numbers]
+    if data_config.num_documents:
+      texts, where = texts[:data_config.num_documents], where[:data_config.num_documents]
+    return texts, where
+  raise ValueError(f"Unknown data.name {data_config.name!r}; expected 'medical_synth' or "
+                   "'corpus'.")
+
+
+def fit_to_budget(lm, documents: Sequence[str], where: Sequence[str], max_tokens: int,
+                  policy: str) -> list[str]:
+  """Documents cut to max_tokens tokens ('truncate', counted in the log) or an error naming the
+  first document over budget ('error')."""
+  if policy not in ("truncate", "error"):
+    raise ValueError(f"data.too_long must be 'truncate' or 'error', got {policy!r}.")
+  out, truncated = [], 0
+  for doc, ids, place in zip(documents, lm.encode(documents), where):
+    if len(ids) <= max_tokens:
+      out.append(doc)
+      continue
+    if policy == "error":
+      raise ValueError(f"{place} has {len(ids)} tokens, over data.max_doc_tokens={max_tokens}; "
+                       "raise the budget or set data.too_long='truncate'.")
+    truncated += 1
+    out.append(lm.decode(ids[:max_tokens]))
+  if truncated:
+    # A count about the private corpus: the operator's log only, never a released file.
+    logging.info("Truncated %d documents to %d tokens.", truncated, max_tokens)
+  return out
+
+
+# ---- the build ------------------------------------------------------------------------------
+
+def _cached_npy(path: str, compute):
+  if os.path.exists(path):
+    return np.load(path)
+  value = compute()
+  wd_lib.atomic_save_npy(path, value)
+  return value
+
+
+def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Runs Algorithm 1 into `workdir`; returns a summary (budget spent, texts, phase seconds)."""
+  wd = wd_lib.Workdir(workdir)
+  resuming = wd.prepare(config.to_dict(), config.runtime.overwrite)
+  if resuming:
+    logging.info("Resuming the interrupted run in %s.", workdir)
+  timer = _Timer()
+  seed_key = jax.random.PRNGKey(config.seed)
+  cal = calibration_of(config)
+  logging.info("Calibration: sigma_h=%.4g sigma_mu=%.4g eps_theta=%.3g c/tau=%.5g (%s).",
+               cal.sigma_h, cal.sigma_mu, cal.eps_theta, cal.c_over_tau, cal.accountant)
+  ledger = privacy.ResumableLedger(wd.private_path("ledger.json"), cal)
+
+  with timer.phase("load"):
+    lm = load_lm(config.model.lm, dtype=_dtype(config.model.dtype))
+    encoder = load_encoder(config.model.encoder)
+    documents, where = load_private_documents(config.data)
+    documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
+                              config.data.too_long)
+    vocab = english_vocabulary(config.keywords.vocabulary_size)
+
+  with timer.phase("keywords"):
+    def extract():
+      if config.keywords.method == "lexical":
+        return keywords.lexical_keywords(documents, vocab, config.keywords.K)
+      if config.keywords.method == "llm":
+        return keywords.llm_keywords(lm, documents, vocab, config.keywords.K)
+      raise ValueError(f"keywords.method must be 'lexical' or 'llm', got "
+                       f"{config.keywords.method!r}.")
+    keyword_ids = _cached_npy(wd.private_path("keywords.npy"), extract)
+
+  with timer.phase("histogram"):
+    top_path = wd.private_path("top_words.npy")
+    if os.path.exists(top_path):
+      top_words = np.load(top_path)
+    else:
+      top_words = clustering.noisy_top_keywords(
+          jax.random.fold_in(seed_key, _HISTOGRAM_STREAM), keyword_ids, len(vocab),
+          config.keywords.K, cal.sigma_h, config.clustering.R, ledger)
+      ledger.save()
+      wd_lib.atomic_save_npy(top_path, top_words)
+
+  with timer.phase("clusters"):
+    clusters = clustering.soft_clusters(keyword_ids, top_words, config.clustering.L)
+
+  with timer.phase("embed"):
+    embeddings = _cached_npy(wd.private_path("embeddings.npy"),
+                             lambda: encoder.embed(documents))
+
+  cluster_key = lambda r: jax.random.fold_in(jax.random.fold_in(seed_key, _CLUSTER_STREAM), r)
+  with timer.phase("rerank"):
+    selected = _select_all(config, cal, clusters, embeddings, cluster_key, ledger, wd)
+
+  with timer.phase("decode"):
+    predictor = PrivatePredictor(
+        lm, c=cal.c, tau=cal.tau, T=cal.T, method=config.generation.clip,
+        alpha=config.generation.alpha, omega=config.generation.omega,
+        devices=_devices(config.runtime.devices))
+    generated = _decode_all(config, cal, predictor, documents, selected, cluster_key, ledger, wd)
+
+  with timer.phase("filter"):
+    texts = [predictor.text(generated[r]) for r in range(len(selected))]
+    prompt = self_filter.FILTER_PROMPTS.get(config.self_filter.prompt,
+                                            config.self_filter.prompt)
+    keep = (self_filter.self_filter(lm, texts, prompt) if config.self_filter.enabled
+            else np.ones(len(texts), bool))
+    keep &= np.array([bool(t) for t in texts], bool)
+
+  with timer.phase("release"):
+    records = [{"text": t, "keyword": vocab.word(int(w))}
+               for t, w, k in zip(texts, top_words, keep) if k]
+    _release(wd, records, encoder, ledger)
+
+  summary = {
+      "synthetic_texts": len(records),
+      "clusters": len(selected),
+      **ledger.ledger.summary(),
+      "seconds": {k: round(v, 1) for k, v in timer.seconds.items()},
+  }
+  wd_lib.atomic_write_json(wd.private_path("summary.json"), summary)
+  logging.info("Released %d synthetic texts; spent epsilon=%.4f (closed form), %.4f (RDP) at "
+               "delta=%g.", len(records), summary["eps_closed_form"],
+               summary["eps_dp_accounting_rdp"], summary["delta"])
+  return summary
+
+
+def _devices(count: int):
+  devices = jax.local_devices()
+  if count < 0 or count > len(devices):
+    raise ValueError(f"runtime.devices={count} but {len(devices)} local devices exist "
+                     "(0 means all).")
+  return devices[:count] if count else devices
+
+
+def _select_all(config, cal, clusters, embeddings, cluster_key, ledger, wd) -> list[np.ndarray]:
+  """S_r for every cluster; cached in private/ (document indices are private)."""
+  path = wd.private_path("selected.jsonl")
+  done = {rec["cluster"]: np.asarray(rec["members"], np.int64) for rec in wd_lib.read_jsonl(path)}
+  for r in tqdm.trange(len(clusters), desc="re-rank", unit="cluster",
+                       disable=len(done) == len(clusters)):
+    if r in done:
+      continue
+    members = reranking.select_members(
+        jax.random.fold_in(cluster_key(r), 0), embeddings, clusters[r], sigma_mu=cal.sigma_mu,
+        eps_theta=cal.eps_theta, k=config.clustering.k, cluster=r, ledger=ledger)
+    ledger.save()
+    wd_lib.append_jsonl(path, [{"cluster": r, "members": members.tolist()}])
+    done[r] = members
+  return [done[r] for r in range(len(clusters))]
+
+
+def _decode_all(config, cal, predictor, documents, selected, cluster_key, ledger,
+                wd) -> list[list[int]]:
+  """Token ids of every cluster's synthetic text, by groups of equal shape over the devices."""
+  path = wd.private_path("generated.jsonl")
+  done = {rec["cluster"]: rec["tokens"] for rec in wd_lib.read_jsonl(path)}
+  todo = [r for r in range(len(selected)) if r not in done]
+  suffixes = {r: predictor.suffixes([documents[i] for i in selected[r]]) for r in todo}
+  by_shape = collections.defaultdict(list)
+  for r in todo:
+    by_shape[predictor.shape_of(suffixes[r])].append(r)
+  groups = [(shape, rs[i:i + predictor.num_devices]) for shape, rs in sorted(by_shape.items())
+            for i in range(0, len(rs), predictor.num_devices)]
+  stop_after = config.runtime.stop_after_clusters
+  decoded = 0
+  with tqdm.tqdm(total=len(selected), initial=len(done), desc="private decode",
+                 unit="cluster") as bar:
+    for shape, rs in groups:
+      for r in rs:  # charged before decoding: the planned T, whatever EOS does
+        ledger.record_tokens(r, cal.T, cal.c, cal.tau)
+      ledger.save()
+      outputs = predictor.decode_group([suffixes[r] for r in rs],
+                                       [jax.random.fold_in(cluster_key(r), 1) for r in rs], shape)
+      wd_lib.append_jsonl(path, [{"cluster": r, "tokens": t} for r, t in zip(rs, outputs)])
+      done.update(zip(rs, outputs))
+      bar.update(len(rs))
+      decoded += len(rs)
+      if 0 <= stop_after <= decoded:
+        raise PipelineInterrupted(f"Stopped after {decoded} clusters (runtime.stop_after_clusters).")
+  return [done[r] for r in range(len(selected))]
+
+
+def _release(wd: wd_lib.Workdir, records: list[dict], encoder,
+             ledger: privacy.ResumableLedger) -> None:
+  """Writes the released files; only texts, their keywords, their embeddings, the ledger."""
+  lines = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n"
+                  for r in records)
+  wd_lib.atomic_write_text(wd.path(wd_lib.SYNTHETIC_DB), lines)
+  vectors = (encoder.embed([r["text"] for r in records]) if records
+             else np.zeros((0, encoder.dim), np.float32))
+  rag_index.save_index(rag_index.build_index(vectors), wd.path(wd_lib.INDEX))
+  wd_lib.atomic_write_text(wd.path(wd_lib.LEDGER), ledger.ledger.to_json())
+  wd.mark_finished()

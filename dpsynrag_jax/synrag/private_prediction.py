@@ -1,0 +1,228 @@
+"""Private prediction: one synthetic text per cluster from the clipped sum of its documents'
+next-token logits (DP-SynRAG step 4). DP-Synth and DP-RAG use the same decode.
+
+Per cluster, on device, in one jitted program: the shared prompt prefix's KV cache (computed
+once per run) is broadcast to every row, each row's document suffix is prefilled, then T times:
+logits [B, V] -> clip each document row to [-c, c] -> masked sum (+ omega * public row) -> / tau
+-> sample ONE token -> append it to every row -> decode step. EOS ends the text early.
+
+Clusters are independent: a group of D clusters with the same padded shapes runs as one
+shard_map over a 1-D mesh of the local devices, one cluster per device. A cluster's program and
+randomness (its own key) do not depend on which clusters share its group or on D, so the output
+is the same on 1 or 4 devices.
+
+Axis letters: G clusters in a group (= devices), B rows (documents, padded), S suffix tokens,
+P shared-prefix tokens, C cache slots, V vocabulary, T private tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from dpsynrag_jax import privacy
+from dpsynrag_jax.models import inference, kv_cache
+from dpsynrag_jax.models.language_model import LanguageModel, bucket_length
+
+REPHRASE_PROMPT = ("Rephrase the following document without altering the important information "
+                   "contained within it.\nDocument: {d}")
+ROW_BUCKET = 16
+_SENTINEL = "\u2063DOC\u2063"
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivateTokenSelector:
+  """decode_loop's `select` for private prediction: one token for the whole cluster.
+
+  utility = sum over document rows of clip_c(logits) + omega * (public row's logits);
+  token ~ softmax(utility / tau). The document part has L_inf sensitivity c, the public row
+  holds no private data, so each token is the exponential mechanism of `privacy.sample_token`:
+  (2c/tau)-DP, (c/tau)^2/2-zCDP.
+  """
+  c: float
+  tau: float = 1.0
+  method: str = "grislain"
+  alpha: float = 1.0
+  omega: float = 0.0
+
+  def __call__(self, key, logits, aux):
+    doc_mask, public_mask = aux
+    utility = privacy.clipped_logit_sum(logits, doc_mask, self.c, method=self.method,
+                                        alpha=self.alpha)
+    if self.omega:
+      public = jnp.sum(jnp.where(public_mask[:, None], logits, 0.0), axis=0)
+      utility = utility + self.omega * public
+    token = privacy.sample_token(key, utility, self.tau)
+    return jnp.broadcast_to(token, logits.shape[:1]).astype(jnp.int32)
+
+
+def _cluster_program(params, prefix_k, prefix_v, tokens, lengths, doc_mask, public_mask, key, *,
+                     cfg, dtype, capacity, T, selector, eos_ids, pad_id):
+  """One cluster: prefix broadcast, suffix prefill, T private steps -> (tokens [T], count)."""
+  cache = kv_cache.with_prefix(kv_cache.init_cache(cfg, tokens.shape[0], capacity, dtype),
+                              prefix_k, prefix_v)
+  logits, cache = inference.extend(params, cfg, dtype, cache, tokens, lengths)
+  out, count = inference.run_decode_loop(
+      params, cfg, dtype, cache, logits, key, (doc_mask, public_mask), max_new_tokens=T,
+      select=selector, eos_ids=eos_ids, pad_id=pad_id)
+  return out[0], count[0]  # every row carries the same tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+  """Everything about a compiled group program that is not an array."""
+  cfg: object
+  dtype: object
+  capacity: int
+  T: int
+  selector: PrivateTokenSelector
+  eos_ids: tuple[int, ...]
+  pad_id: int
+  mesh: Mesh
+
+
+@functools.lru_cache(maxsize=64)
+def _group_program(static: _Static):
+  """jit(shard_map(cluster program)) over the mesh's 'clusters' axis; cached per static."""
+  program = functools.partial(
+      _cluster_program, cfg=static.cfg, dtype=static.dtype, capacity=static.capacity,
+      T=static.T, selector=static.selector, eos_ids=static.eos_ids, pad_id=static.pad_id)
+
+  def per_device(params, prefix_k, prefix_v, tokens, lengths, doc_mask, public_mask, keys):
+    inference.TRACE_COUNTS["private_cluster"] += 1
+    out, count = program(params, prefix_k, prefix_v, tokens[0], lengths[0], doc_mask[0],
+                         public_mask[0], keys[0])
+    return out[None], count[None]
+
+  split, same = PartitionSpec("clusters"), PartitionSpec()
+  return jax.jit(jax.shard_map(
+      per_device, mesh=static.mesh, in_specs=(same, same, same) + (split,) * 5,
+      out_specs=(split, split), check_vma=False))
+
+
+class PrivatePredictor:
+  """Runs the private decode for many clusters of documents on all local devices.
+
+  Args:
+    lm: the language model.
+    c, tau, method, alpha, omega: the token mechanism (see PrivateTokenSelector).
+    T: private tokens per cluster.
+    prompt: template with a {d} slot for the document.
+    devices: devices to spread clusters over (default: all local devices).
+  """
+
+  def __init__(self, lm: LanguageModel, *, c: float, tau: float, T: int,
+               method: str = "grislain", alpha: float = 1.0, omega: float = 0.0,
+               prompt: str = REPHRASE_PROMPT, devices: Sequence[jax.Device] | None = None):
+    if T < 1:
+      raise ValueError(f"T must be >= 1, got {T}.")
+    if "{d}" not in prompt:
+      raise ValueError("The prompt template needs a {d} slot for the document.")
+    self.lm = lm
+    self.T = T
+    self.prompt = prompt
+    self.selector = PrivateTokenSelector(c=float(c), tau=float(tau), method=method,
+                                         alpha=float(alpha), omega=float(omega))
+    self.mesh = Mesh(np.asarray(devices or jax.local_devices()), ("clusters",))
+    replicated = NamedSharding(self.mesh, PartitionSpec())
+    self._params = jax.device_put(lm.params, replicated)
+    self.prefix = self._shared_prefix()
+    self._prefix_kv = jax.device_put(self._prefix_cache(), replicated)
+
+  @property
+  def num_devices(self) -> int:
+    return self.mesh.devices.size
+
+  # ---- prompts ------------------------------------------------------------------------------
+
+  def _shared_prefix(self) -> list[int]:
+    """Tokens every prompt starts with (chat template and instruction up to the document)."""
+    text = self.lm.chat_prompt(self.prompt.format(d=_SENTINEL))
+    before = text.split(_SENTINEL)[0].rstrip(" ")
+    return self.lm.encode([before])[0]
+
+  def _prefix_cache(self):
+    p = len(self.prefix)
+    if not p:
+      empty = kv_cache.init_cache(self.lm.config, 1, 0, self.lm.dtype)
+      return empty.k, empty.v
+    _, cache = self.lm.prefill([self.prefix], capacity=bucket_length(p))
+    return cache.k[:, :1, :, :p], cache.v[:, :1, :, :p]
+
+  def suffixes(self, documents: Sequence[str]) -> list[list[int]]:
+    """Each document's prompt tokens after the shared prefix."""
+    texts = [self.lm.chat_prompt(self.prompt.format(d=d)) for d in documents]
+    p = len(self.prefix)
+    out = []
+    for i, ids in enumerate(self.lm.encode(texts)):
+      if ids[:p] != self.prefix:
+        raise ValueError(
+            f"Document {i}'s prompt does not start with the shared prefix tokens; the "
+            "tokenizer merges the template's end with the document. Put a space or newline "
+            "before {d} in the prompt template.")
+      out.append(ids[p:])
+    return out
+
+  # ---- decoding -----------------------------------------------------------------------------
+
+  def _pack(self, suffixes: Sequence[Sequence[int]], public_suffix: Sequence[int] | None,
+            rows: int, length: int):
+    """Host arrays of one cluster: tokens [B, S], lengths, doc_mask, public_mask."""
+    tokens = np.full((rows, length), self.lm.pad_id, np.int32)
+    lengths = np.ones((rows,), np.int32)  # padded rows hold one pad token
+    doc_mask = np.zeros((rows,), bool)
+    public_mask = np.zeros((rows,), bool)
+    all_rows = list(suffixes) + ([public_suffix] if public_suffix is not None else [])
+    for i, s in enumerate(all_rows):
+      tokens[i, :len(s)] = s
+      lengths[i] = len(s)
+    doc_mask[:len(suffixes)] = True
+    if public_suffix is not None:
+      public_mask[len(suffixes)] = True
+    return tokens, lengths, doc_mask, public_mask
+
+  def shape_of(self, suffixes: Sequence[Sequence[int]]) -> tuple[int, int]:
+    """(rows, suffix length) bucket of a cluster; depends on that cluster alone."""
+    all_rows = list(suffixes) + ([self._public_suffix()] if self.selector.omega else [])
+    rows = max(ROW_BUCKET, -(-len(all_rows) // ROW_BUCKET) * ROW_BUCKET)
+    return rows, bucket_length(max((len(s) for s in all_rows), default=1))
+
+  @functools.cached_property
+  def _public_suffix_tokens(self) -> list[int]:
+    return self.suffixes([""])[0] or [self.lm.pad_id]
+
+  def _public_suffix(self):
+    return self._public_suffix_tokens if self.selector.omega else None
+
+  def decode_group(self, clusters: Sequence[Sequence[Sequence[int]]], keys: Sequence[jax.Array],
+                   shape: tuple[int, int]) -> list[list[int]]:
+    """Decodes up to num_devices clusters sharing `shape`; returns token ids per cluster."""
+    if not 0 < len(clusters) <= self.num_devices:
+      raise ValueError(f"A group holds 1..{self.num_devices} clusters, got {len(clusters)}.")
+    rows, length = shape
+    packed = [self._pack(c, self._public_suffix(), rows, length) for c in clusters]
+    keys = list(keys)
+    # Fill the group with empty clusters (all rows masked); their outputs are dropped.
+    while len(packed) < self.num_devices:
+      packed.append(self._pack([], self._public_suffix(), rows, length))
+      keys.append(jax.random.PRNGKey(0))
+    arrays = [np.stack(a) for a in zip(*packed)]
+    split = NamedSharding(self.mesh, PartitionSpec("clusters"))
+    arrays = [jax.device_put(a, split) for a in arrays]
+    keys = jax.device_put(jnp.stack(list(keys)), split)
+    static = _Static(cfg=self.lm.config, dtype=self.lm.dtype,
+                     capacity=len(self.prefix) + length + self.T, T=self.T,
+                     selector=self.selector, eos_ids=self.lm.eos_ids, pad_id=self.lm.pad_id,
+                     mesh=self.mesh)
+    tokens, counts = _group_program(static)(self._params, *self._prefix_kv, *arrays, keys)
+    tokens, counts = np.asarray(tokens), np.asarray(counts)
+    return [tokens[g, :counts[g]].tolist() for g in range(len(clusters))]
+
+  def text(self, token_ids: Sequence[int]) -> str:
+    return self.lm.decode(token_ids).strip()

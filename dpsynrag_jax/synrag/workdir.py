@@ -1,0 +1,147 @@
+"""The work directory of a build: released files at the top, resumable state under private/.
+
+    DIR/config.json            the run's config (public)
+    DIR/synthetic_db.jsonl     released: {"text", "keyword"} per synthetic text
+    DIR/index.faiss            released: embeddings of the synthetic texts
+    DIR/privacy_ledger.json    released: every mechanism run, its parameters and cost
+    DIR/private/               state to resume; holds private data, NEVER part of a release
+
+Writes are atomic (temp file + rename) and appends are flushed and fsynced, so a killed run
+leaves either the old or the new version of a file, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterable
+
+import numpy as np
+
+CONFIG = "config.json"
+SYNTHETIC_DB = "synthetic_db.jsonl"
+INDEX = "index.faiss"
+LEDGER = "privacy_ledger.json"
+PRIVATE = "private"
+RELEASED_FILES = (CONFIG, SYNTHETIC_DB, INDEX, LEDGER)
+
+
+class WorkdirError(RuntimeError):
+  """The work directory is in a state the requested run cannot continue from."""
+
+
+def atomic_write_text(path: str, text: str) -> None:
+  tmp = f"{path}.tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def atomic_write_json(path: str, obj: Any) -> None:
+  atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str) -> Any:
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def atomic_save_npy(path: str, array: np.ndarray) -> None:
+  tmp = f"{path}.tmp.npy"
+  np.save(tmp, array)
+  os.replace(tmp, path)
+
+
+def append_jsonl(path: str, records: Iterable[dict]) -> None:
+  with open(path, "a", encoding="utf-8") as f:
+    for r in records:
+      f.write(json.dumps(r, sort_keys=True) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def read_jsonl(path: str) -> list[dict]:
+  """Records of a JSONL file; a torn last line (a kill mid-append) is dropped."""
+  if not os.path.exists(path):
+    return []
+  out = []
+  with open(path, encoding="utf-8") as f:
+    lines = f.read().split("\n")
+  for i, line in enumerate(lines):
+    if not line.strip():
+      continue
+    try:
+      out.append(json.loads(line))
+    except json.JSONDecodeError:
+      if i == len(lines) - 1:  # only the unterminated last line can be torn
+        break
+      raise
+  return out
+
+
+class Workdir:
+  """Paths and state files of one build."""
+
+  def __init__(self, root: str):
+    self.root = root
+    self.private = os.path.join(root, PRIVATE)
+
+  def path(self, name: str) -> str:
+    return os.path.join(self.root, name)
+
+  def private_path(self, name: str) -> str:
+    return os.path.join(self.private, name)
+
+  @property
+  def finished(self) -> bool:
+    return os.path.exists(self.private_path("FINISHED"))
+
+  def prepare(self, config_dict: dict, overwrite: bool) -> bool:
+    """Creates or reopens the directory. Returns True when resuming an interrupted run.
+
+    A finished run is refused unless `overwrite`; an interrupted one resumes only with the
+    same config (another config would mix two runs' randomness and ledgers).
+    """
+    os.makedirs(self.private, exist_ok=True)
+    config_path = self.path(CONFIG)
+    if self.finished:
+      if not overwrite:
+        raise WorkdirError(
+            f"{self.root} holds a finished run; pass --config.runtime.overwrite=True (or a new "
+            "--workdir) to build again.")
+      self.clear()
+      os.makedirs(self.private, exist_ok=True)
+    elif os.path.exists(config_path):
+      if overwrite:
+        self.clear()
+        os.makedirs(self.private, exist_ok=True)
+      elif _comparable(read_json(config_path)) != _comparable(config_dict):
+        raise WorkdirError(
+            f"{self.root} holds an interrupted run with a different config; resume it with the "
+            "same config, or pass --config.runtime.overwrite=True to start over.")
+      else:
+        atomic_write_json(config_path, config_dict)  # runtime knobs may differ
+        return True
+    atomic_write_json(config_path, config_dict)
+    return False
+
+  def clear(self) -> None:
+    for name in RELEASED_FILES:
+      if os.path.exists(self.path(name)):
+        os.remove(self.path(name))
+    if os.path.isdir(self.private):
+      for name in os.listdir(self.private):
+        os.remove(self.private_path(name))
+
+  def mark_finished(self) -> None:
+    atomic_write_text(self.private_path("FINISHED"), "")
+
+
+def _comparable(config_dict: dict) -> dict:
+  """A config without the fields that may differ between an interrupted run and its resume."""
+  out = json.loads(json.dumps(config_dict))
+  out.get("runtime", {}).pop("overwrite", None)
+  out.get("runtime", {}).pop("stop_after_clusters", None)
+  return out
