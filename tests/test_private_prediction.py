@@ -1,0 +1,122 @@
+"""The private decode: prompts, padding, the token mechanism, and self-filtering."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dpsynrag_jax.models import inference, load_lm
+from dpsynrag_jax.synrag import self_filter
+from dpsynrag_jax.synrag.private_prediction import (PrivatePredictor, PrivateTokenSelector,
+                                                    _group_program, _Static)
+
+NOTE = ("Given the symptoms (Severe tooth sensitivity, Uncontrollable craving for cheese, Sudden "
+        "urge to dance the polka) of Lena Kroger. The diagnosis is Norglesnap Fever, the "
+        "treatment should be GlitterBombix injection.")
+
+
+@pytest.fixture(scope="module")
+def tiny_lm():
+  return load_lm("tiny-random")
+
+
+def test_shared_prefix_plus_suffix_is_the_whole_prompt(tiny_lm):
+  pp = PrivatePredictor(tiny_lm, c=0.1, tau=1.0, T=4)
+  docs = [NOTE, "x", "Document with\nnewlines."]
+  full = tiny_lm.encode([tiny_lm.chat_prompt(pp.prompt.format(d=d)) for d in docs])
+  assert len(pp.prefix) > 10
+  for f, s in zip(full, pp.suffixes(docs)):
+    assert pp.prefix + s == f
+
+
+def test_padded_rows_contribute_nothing(tiny_lm):
+  """Garbage in masked rows leaves the sampled tokens unchanged (same shapes, same key)."""
+  pp = PrivatePredictor(tiny_lm, c=0.3, tau=1.0, T=6)
+  suffixes = pp.suffixes([NOTE, NOTE.replace("Lena", "Ana"), "short"])
+  shape = pp.shape_of(suffixes)
+  packed = pp._pack(suffixes, None, *shape)
+  garbage = [a.copy() for a in packed]
+  rng = np.random.default_rng(0)
+  garbage[0][3:] = rng.integers(0, 49152, size=garbage[0][3:].shape)
+  garbage[1][3:] = shape[1]  # padded rows claim full length
+  static = _Static(cfg=tiny_lm.config, dtype=tiny_lm.dtype, capacity=len(pp.prefix) + shape[1] + 6,
+                   T=6, selector=pp.selector, eos_ids=tiny_lm.eos_ids, pad_id=tiny_lm.pad_id,
+                   mesh=pp.mesh)
+  run = lambda arrays: _group_program(static)(
+      pp._params, *pp._prefix_kv, *[a[None] for a in arrays],
+      jax.random.PRNGKey(5)[None])
+  clean, dirty = run(packed), run(garbage)
+  np.testing.assert_array_equal(np.asarray(clean[0]), np.asarray(dirty[0]))
+
+
+def test_selector_broadcasts_one_token_and_ignores_masked_rows():
+  logits = jax.random.normal(jax.random.PRNGKey(0), (4, 50))
+  selector = PrivateTokenSelector(c=0.5, tau=0.01)
+  doc_mask = jnp.array([True, True, False, False])
+  public = jnp.zeros(4, bool)
+  tokens = selector(jax.random.PRNGKey(1), logits, (doc_mask, public))
+  assert tokens.shape == (4,) and len(set(np.asarray(tokens).tolist())) == 1
+  altered = logits.at[2:].set(1e6)
+  assert np.array_equal(tokens, selector(jax.random.PRNGKey(1), altered, (doc_mask, public)))
+  # The public row moves the choice only through omega.
+  prior = PrivateTokenSelector(c=0.5, tau=0.01, omega=10.0)
+  public = jnp.array([False, False, True, False])
+  favourite = jnp.zeros((4, 50)).at[2, 17].set(100.0)
+  assert int(prior(jax.random.PRNGKey(2), favourite, (doc_mask, public))[0]) == 17
+
+
+@dataclasses.dataclass(frozen=True)
+class _Always:
+  token: int
+
+  def __call__(self, key, logits, aux):
+    return jnp.full(logits.shape[:1], self.token, jnp.int32)
+
+
+def test_eos_ends_the_text_early(tiny_lm):
+  logits, cache = tiny_lm.prefill([[5, 6, 7]], capacity=32)
+  tokens, lengths = inference.decode_loop(
+      tiny_lm.params, tiny_lm.config, tiny_lm.dtype, cache, logits, jax.random.PRNGKey(0),
+      max_new_tokens=8, select=_Always(tiny_lm.eos_ids[0]), eos_ids=tiny_lm.eos_ids,
+      pad_id=tiny_lm.pad_id)
+  assert int(lengths[0]) == 1
+  assert np.asarray(tokens)[0, 1:].tolist() == [tiny_lm.pad_id] * 7
+
+
+def test_agreeing_documents_come_through_with_a_real_model(smollm2):
+  """16 copies of one note and a generous c: the private text carries the note's diagnosis."""
+  pp = PrivatePredictor(smollm2, c=1.0, tau=1.0, T=48)
+  suffixes = pp.suffixes([NOTE] * 16)
+  (tokens,) = pp.decode_group([suffixes], [jax.random.PRNGKey(0)], pp.shape_of(suffixes))
+  text = pp.text(tokens)
+  assert "Norglesnap" in text, text
+
+
+class _FakeLM:
+  """encode / next_token_logits of a model that says YES exactly when the text has 'pox'."""
+
+  def encode(self, texts):
+    return [[{"YES": 1, "Yes": 2, "yes": 3, "NO": 4, "No": 5, "no": 6}.get(t.strip(), 9)]
+            for t in texts]
+
+  def next_token_logits(self, prompts, batch_size=32):
+    out = np.zeros((len(prompts), 10), np.float32)
+    for i, p in enumerate(prompts):
+      out[i, 2 if "pox" in p else 5] = 3.0
+    return out
+
+
+def test_self_filter_keeps_yes_answers():
+  keep = self_filter.self_filter(_FakeLM(), ["has Wigglepox", "nothing here"],
+                                 self_filter.FILTER_PROMPTS["medical"])
+  assert keep.tolist() == [True, False]
+  with pytest.raises(ValueError, match=r"\{y\}"):
+    self_filter.self_filter(_FakeLM(), ["x"], "no slot")
+
+
+def test_self_filter_runs_the_paper_prompt_on_a_real_model(smollm2):
+  odds = self_filter.yes_no_log_odds(smollm2, [NOTE, "Apples are red."],
+                                     self_filter.FILTER_PROMPTS["medical"])
+  assert odds.shape == (2,) and np.all(np.isfinite(odds))
