@@ -215,6 +215,15 @@ def _article_first(name: str) -> str:
   return f"{article}{m.group(1)}" if article.endswith("'") else f"{article} {m.group(1)}"
 
 
+def _article_last(name: str) -> str:
+  """ "The Godfather" -> "Godfather, The" (MovieLens' own form); other names unchanged."""
+  for article in _ARTICLES:
+    sep = "" if article.endswith("'") else " "
+    if name.startswith(article + sep) and len(name) > len(article + sep):
+      return f"{name[len(article + sep):]}, {article}"
+  return name
+
+
 def _split_aka(name: str) -> tuple[str, str]:
   """ "Seven (Se7en)" -> ("Seven", "Se7en"); "(a.k.a. X)" gives "X"; ("name", "") without."""
   m = _TRAILING_PAREN.match(name)
@@ -241,18 +250,19 @@ def display_title(title: str) -> str:
 def title_variants(title: str) -> list[str]:
   """Names that count as naming the movie `title` (a MovieLens or a display title).
 
-  The title itself, without the year, with a trailing article moved to the front, and the main
-  and alternative titles of "Main (Alternative)" alone: "Godfather, The (1972)" gives
-  ["Godfather, The (1972)", "Godfather, The", "The Godfather"]. ML-1M's "Star Wars: Episode IV -
-  A New Hope" also gives "A New Hope" and "Star Wars: A New Hope", never "Star Wars" alone (that
-  would name all three episodes). An article is never dropped, so "The Rock" does not become the
-  common word "Rock".
+  The title itself, without the year, with a trailing article moved to the front (a leading one
+  to the back, so that display titles give MovieLens' form too), and the main and alternative
+  titles of "Main (Alternative)" alone: "Godfather, The (1972)" gives ["Godfather, The (1972)",
+  "Godfather, The", "The Godfather"]. ML-1M's "Star Wars: Episode IV - A New Hope" also gives
+  "A New Hope" and "Star Wars: A New Hope", never "Star Wars" alone (that would name all three
+  episodes). An article is never dropped, so "The Rock" does not become the common word "Rock".
   """
   name, _ = _split_year(title)
   main, aka = _split_aka(name)
-  candidates = [title.strip(), name, _article_first(name), main, _article_first(main)]
+  candidates = [title.strip(), name, _article_first(name), main, _article_first(main),
+                _article_last(main)]
   if aka:
-    candidates += [aka, _article_first(aka)]
+    candidates += [aka, _article_first(aka), _article_last(aka)]
   episode = _EPISODE.match(main)
   if episode:
     candidates += [episode.group(2), f"{episode.group(1)}: {episode.group(2)}"]
