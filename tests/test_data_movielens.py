@@ -1,5 +1,6 @@
 """The MovieLens loader on generated fixtures (never the real data): selection, templates, split,
 title matching and every error."""
+# pylint: disable=protected-access
 
 import os
 import re
@@ -128,7 +129,7 @@ def test_ml1m_ages_and_occupations(tmp_path):
   for uid, doc in zip(data.doc_user_ids, data.documents):
     _, code, _, occ = _user(fx, uid)
     assert f" is {ages[code]} " in doc
-    assert movielens._OCCUPATIONS_1M[occ] in doc  # pylint: disable=protected-access
+    assert movielens._OCCUPATIONS_1M[occ] in doc
     seen.add(code)
   assert 1 in seen and 18 in seen
 
@@ -167,7 +168,7 @@ def test_pseudonyms_stable_unique_and_gendered(ml100k):
   for uid, name in names_b.items():
     first = name.split()[0]
     gender = _user(ml100k, uid)[2]
-    pool = movielens._FIRST_MALE if gender == "M" else movielens._FIRST_FEMALE  # pylint: disable=protected-access
+    pool = movielens._FIRST_MALE if gender == "M" else movielens._FIRST_FEMALE
     assert first in pool
   for uid, doc in zip(a.doc_user_ids, a.documents):
     assert doc.startswith(names_a[uid] + " is ")
