@@ -28,7 +28,8 @@ _TITLE_ADJECTIVES = ("Silent", "Crimson", "Hollow", "Distant", "Electric", "Gold
                      "Midnight", "Northern", "Paper", "Wandering", "Velvet", "Frozen", "Hidden")
 _TITLE_NOUNS = ("Harbor", "Orchard", "Lantern", "Meridian", "Compass", "Garden", "Station",
                 "Voyage", "Café", "Canyon", "Ledger", "Carousel", "Tide", "Quarry")
-_FOREIGN = ("Le Jardin", "Die Reise", "La Nuit", "El Faro", "Il Sogno")
+_FOREIGN = ("Le Jardin", "Die Reise", "La Nuit", "El Faro", "Il Sogno", "Der Spiegel",
+            "La Strada", "Les Ombres", "O Barco", "Das Licht")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +60,8 @@ def _invented_titles(rng: np.random.Generator, count: int) -> list[str]:
     name = f"{adjective} {noun}"
     if i % 5 == 1:
       name += ", The"
-    elif i % 7 == 3:
-      name += f" ({_FOREIGN[i % len(_FOREIGN)]})"
+    elif i % 7 == 3 and i // 7 < len(_FOREIGN):  # alternative titles are distinct
+      name += f" ({_FOREIGN[i // 7]})"
     titles.append(f"{name} ({int(rng.integers(1930, 2000))})")
   return titles
 

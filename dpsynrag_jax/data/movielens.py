@@ -8,6 +8,7 @@ loader reads a folder the user names, in either layout of the official archives:
     ml-1m     ratings.dat (user::movie::rating::timestamp), users.dat
               (user::gender::age code::occupation code::zip), movies.dat (movie::title::genres);
               latin-1
+    (a folder holding both is read as ml-100k)
 
 What is built (following the paper, with the rules it leaves open stated here):
 
@@ -40,10 +41,10 @@ What is built (following the paper, with the rules it leaves open stated here):
 
 Split: the kept users, by increasing id, are permuted once with
 `numpy.random.default_rng(seed).permutation`; position p of the permutation goes to the validation
-pool if p % 10 == 0, to the test pool if p % 10 == 1, and to the database otherwise (ML-1M: about
-4070 / 510 / 510, near the paper's 4083 / 500 / 500). Asking for fewer documents or queries takes
-a prefix of a pool, so a small run's data is a subset of a big run's for the same seed and
-folder, and no query user is ever a database user.
+pool if p % 10 == 0, to the test pool if p % 10 == 1, and to the database otherwise, which gives
+the paper's proportions (4083 / 500 / 500 on ML-1M; ml-100k with the defaults: 674 / 85 / 85).
+Asking for fewer documents or queries takes a prefix of a pool, so a small run's data is a subset
+of a big run's for the same seed and folder, and no query user is ever a database user.
 """
 
 from __future__ import annotations
@@ -274,19 +275,46 @@ def title_variants(title: str) -> list[str]:
   return variants
 
 
-def _words(text: str) -> list[str]:
-  """The words of `text`, case kept: accents dropped (models often write "Cite" for "Cité"),
-  "&" read as "and", every other non-alphanumeric a word break."""
+def _plain(text: str) -> str:
+  """Accents dropped (models often write "Cite" for "Cité") and "&" read as "and"."""
   text = unicodedata.normalize("NFKD", text)
-  text = "".join(ch for ch in text if not unicodedata.combining(ch)).replace("&", " and ")
-  return re.findall(r"[^\W_]+", text)
+  return "".join(ch for ch in text if not unicodedata.combining(ch)).replace("&", " and ")
 
 
-def _names_variant(answer: list[str], variant: list[str]) -> bool:
+def _words(text: str) -> list[str]:
+  """The words of `text`, case kept; every non-alphanumeric is a word break."""
+  return re.findall(r"[^\W_]+", _plain(text))
+
+
+def _capitalised(word: str) -> bool:
+  return word[:1].isupper()
+
+
+def _stands_alone(text: str, spans: list[re.Match], i: int) -> bool:
+  """Whether word i is capitalised (or a number) and not joined by a space to a capitalised
+  neighbour."""
+  word = spans[i].group(0)
+  if not (_capitalised(word) or word[0].isdigit()):
+    return False
+  for j in (i - 1, i + 1):
+    if 0 <= j < len(spans):
+      left, right = sorted((spans[i], spans[j]), key=lambda m: m.start())
+      if text[left.end():right.start()].isspace() and _capitalised(spans[j].group(0)):
+        return False
+  return True
+
+
+def _names_variant(answer: str, variant: list[str]) -> bool:
   """Whether the answer's words hold the variant's words (case-insensitive) as a run that is not
-  followed by a sequel marker. A one-word variant must also be capitalised in the answer, so that
-  "please contact" does not name "Contact (1997)"."""
-  folded = [w.casefold() for w in answer]
+  followed by a sequel marker.
+
+  A one-word variant must also be capitalised in the answer, so that "please contact" does not
+  name "Contact (1997)", and must not be joined by a space to a capitalised neighbour, so that
+  "Star Trek: First Contact" does not name it either.
+  """
+  text = _plain(answer)
+  spans = list(re.finditer(r"[^\W_]+", text))
+  folded = [m.group(0).casefold() for m in spans]
   target = [w.casefold() for w in variant]
   size = len(target)
   for i in range(len(folded) - size + 1):
@@ -294,7 +322,7 @@ def _names_variant(answer: list[str], variant: list[str]) -> bool:
       continue
     if i + size < len(folded) and folded[i + size] in _SEQUEL_MARKERS:
       continue
-    if size == 1 and not (answer[i][0].isupper() or answer[i][0].isdigit()):
+    if size == 1 and not _stands_alone(text, spans, i):
       continue
     return True
   return False
@@ -304,11 +332,11 @@ def answer_names_any(answer: str, favourites: Sequence[str]) -> bool:
   """Whether `answer` names any of `favourites` (MovieLens or display titles).
 
   Case, accents and punctuation are ignored; a variant (see `title_variants`) must appear as whole
-  words ("Alien" is not in "Aliens"), not be followed by "Part", "II", "III", "2" or "3" (a sequel
-  is another movie), and a one-word variant must start with a capital letter in the answer.
+  words ("Alien" is not in "Aliens") and not be followed by "Part", "II", "III", "2" or "3" (a
+  sequel is another movie). A one-word variant must start with a capital letter and not sit in a
+  longer capitalised name ("First Contact"), at the price of missing "Watch Contact".
   """
-  words = _words(answer)
-  return any(_names_variant(words, _words(variant))
+  return any(_names_variant(answer, _words(variant))
              for title in favourites for variant in title_variants(title))
 
 
