@@ -13,6 +13,7 @@ after step 1 touches private data.
 import collections
 import json
 import os
+import re
 import time
 
 from absl import app
@@ -33,10 +34,7 @@ _TOP_K = flags.DEFINE_integer("top_k", 10, "Synthetic texts retrieved per questi
 
 
 def _reuse_or_build(config, workdir: str) -> float:
-  wd = wd_lib.Workdir(workdir)
-  same = (wd.finished and
-          wd_lib.read_json(wd.path(wd_lib.CONFIG)) == json.loads(json.dumps(config.to_dict())))
-  if same:
+  if wd_lib.Workdir(workdir).holds_finished(config.to_dict()):
     print(f"Reusing the finished build in {workdir} (delete it to build again).")
     return 0.0
   config.runtime.overwrite = True
@@ -64,7 +62,9 @@ def run(workdir: str, num_questions: int, top_k: int) -> None:
   data = load_medical_synth(num_documents=config.data.num_documents, num_validation=0,
                             num_test=num_questions, seed=config.data.split_seed)
   frequent = collections.Counter(data.doc_diseases).most_common(5)
-  naming = [r for r in records if any(d.lower() in r["text"].lower() for d in data.diseases)]
+  # Whole names only: "Snurfles" is a disease and also the start of "Snurflesauce".
+  patterns = [re.compile(rf"\b{re.escape(d)}\b", re.IGNORECASE) for d in data.diseases]
+  naming = [r for r in records if any(p.search(r["text"]) for p in patterns)]
   print(f"\n== Evaluation: {len(naming)} of {len(records)} synthetic texts name a disease of the "
         "corpus. Most frequent diseases in the private subset: "
         + ", ".join(f"{d} ({n} notes)" for d, n in frequent))

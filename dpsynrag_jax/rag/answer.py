@@ -6,12 +6,15 @@ from typing import Sequence
 
 QA_PROMPT = ("Answer the question using the documents below.\n\n{context}\n\n"
              "Question: {question}\nAnswer:")
+NO_CONTEXT_PROMPT = "Answer the question.\nQuestion: {question}\nAnswer:"
 
 
 def qa_prompt(question: str, contexts: Sequence[str]) -> str:
-  """The retrieved texts, numbered, before the question."""
+  """The retrieved texts, numbered, before the question (no documents: the question alone)."""
+  if not contexts:
+    return NO_CONTEXT_PROMPT.format(question=question)
   context = "\n".join(f"Document {i + 1}: {c}" for i, c in enumerate(contexts))
-  return QA_PROMPT.format(context=context or "(no documents)", question=question)
+  return QA_PROMPT.format(context=context, question=question)
 
 
 def answer_questions(lm, questions: Sequence[str], contexts: Sequence[Sequence[str]], *,

@@ -19,7 +19,6 @@ interrupted one drew and charges nothing twice (privacy.ResumableLedger records 
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import os
@@ -38,7 +37,7 @@ from dpsynrag_jax.models import load_encoder, load_lm
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import clustering, keywords, reranking, self_filter
 from dpsynrag_jax.synrag import workdir as wd_lib
-from dpsynrag_jax.synrag.private_prediction import PrivatePredictor
+from dpsynrag_jax.synrag.private_prediction import PrivatePredictor, decode_many
 from dpsynrag_jax.synrag.vocabulary import english_vocabulary
 
 _HISTOGRAM_STREAM, _CLUSTER_STREAM = 1, 2
@@ -78,12 +77,11 @@ def calibration_of(config) -> privacy.Calibration:
 # ---- data -----------------------------------------------------------------------------------
 
 def load_private_documents(data_config) -> tuple[list[str], list[str]]:
-  """(documents, where) with where[i] naming document i for error messages."""
-  if data_config.name == "medical_synth":
-    from dpsynrag_jax.data import load_medical_synth  # pylint: disable=g-import-not-at-top
-    ms = load_medical_synth(num_documents=data_config.num_documents, num_validation=0,
-                            num_test=0, seed=data_config.split_seed)
-    return list(ms.documents), [f"Medical Synth document {i}" for i in range(len(ms.documents))]
+  """(documents, where) with where[i] naming document i for error messages.
+
+  data.name: medical_synth (vendored), movielens / searchqa (a local copy at data.path), or
+  corpus (the user's JSONL/CSV at data.path).
+  """
   if data_config.name == "corpus":
     from dpsynrag_jax.data import load_corpus  # pylint: disable=g-import-not-at-top
     if not data_config.path:
@@ -94,8 +92,17 @@ def load_private_documents(data_config) -> tuple[list[str], list[str]]:
     if data_config.num_documents:
       texts, where = texts[:data_config.num_documents], where[:data_config.num_documents]
     return texts, where
-  raise ValueError(f"Unknown data.name {data_config.name!r}; expected 'medical_synth' or "
-                   "'corpus'.")
+  task_names = {"medical_synth": "medical", "medical": "medical", "movielens": "movielens",
+                "searchqa": "searchqa"}
+  if data_config.name not in task_names:
+    raise ValueError(f"Unknown data.name {data_config.name!r}; expected one of "
+                     f"{sorted(task_names) + ['corpus']}.")
+  from dpsynrag_jax.data.tasks import load_task  # pylint: disable=g-import-not-at-top
+  task = load_task(task_names[data_config.name], path=data_config.path,
+                   num_documents=data_config.num_documents or None, num_validation=0,
+                   num_test=0, seed=data_config.split_seed)
+  return list(task.documents), [f"{data_config.name} document {i}"
+                                for i in range(len(task.documents))]
 
 
 def fit_to_budget(lm, documents: Sequence[str], where: Sequence[str], max_tokens: int,
@@ -130,8 +137,13 @@ def _cached_npy(path: str, compute):
   return value
 
 
-def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Runs Algorithm 1 into `workdir`; returns a summary (budget spent, texts, phase seconds)."""
+def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=None,
+                       encoder=None) -> dict:
+  """Runs Algorithm 1 into `workdir`; returns a summary (budget spent, texts, phase seconds).
+
+  lm / encoder: already loaded models to use instead of config.model's (an evaluation that
+  answers with the same models loads them once).
+  """
   wd = wd_lib.Workdir(workdir)
   resuming = wd.prepare(config.to_dict(), config.runtime.overwrite)
   if resuming:
@@ -144,8 +156,8 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str) -> dict:
   ledger = privacy.ResumableLedger(wd.private_path("ledger.json"), cal)
 
   with timer.phase("load"):
-    lm = load_lm(config.model.lm, dtype=_dtype(config.model.dtype))
-    encoder = load_encoder(config.model.encoder)
+    lm = lm or load_lm(config.model.lm, dtype=_dtype(config.model.dtype))
+    encoder = encoder or load_encoder(config.model.encoder)
     documents, where = load_private_documents(config.data)
     documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
                               config.data.too_long)
@@ -248,27 +260,24 @@ def _decode_all(config, cal, predictor, documents, selected, cluster_key, ledger
   done = {rec["cluster"]: rec["tokens"] for rec in wd_lib.read_jsonl(path)}
   todo = [r for r in range(len(selected)) if r not in done]
   suffixes = {r: predictor.suffixes([documents[i] for i in selected[r]]) for r in todo}
-  by_shape = collections.defaultdict(list)
-  for r in todo:
-    by_shape[predictor.shape_of(suffixes[r])].append(r)
-  groups = [(shape, rs[i:i + predictor.num_devices]) for shape, rs in sorted(by_shape.items())
-            for i in range(0, len(rs), predictor.num_devices)]
   stop_after = config.runtime.stop_after_clusters
-  decoded = 0
+
+  def charge(group):  # before decoding: the planned T, whatever EOS does
+    for r in group:
+      ledger.record_tokens(r, cal.T, cal.c, cal.tau)
+    ledger.save()
+
+  def persist(outputs):
+    wd_lib.append_jsonl(path, [{"cluster": r, "tokens": t} for r, t in outputs.items()])
+    done.update(outputs)
+    if 0 <= stop_after <= len(done) - (len(selected) - len(todo)):
+      raise PipelineInterrupted(
+          f"Stopped after {len(done)} clusters (runtime.stop_after_clusters).")
+
   with tqdm.tqdm(total=len(selected), initial=len(done), desc="private decode",
                  unit="cluster") as bar:
-    for shape, rs in groups:
-      for r in rs:  # charged before decoding: the planned T, whatever EOS does
-        ledger.record_tokens(r, cal.T, cal.c, cal.tau)
-      ledger.save()
-      outputs = predictor.decode_group([suffixes[r] for r in rs],
-                                       [jax.random.fold_in(cluster_key(r), 1) for r in rs], shape)
-      wd_lib.append_jsonl(path, [{"cluster": r, "tokens": t} for r, t in zip(rs, outputs)])
-      done.update(zip(rs, outputs))
-      bar.update(len(rs))
-      decoded += len(rs)
-      if 0 <= stop_after <= decoded:
-        raise PipelineInterrupted(f"Stopped after {decoded} clusters (runtime.stop_after_clusters).")
+    decode_many(predictor, suffixes, lambda r: jax.random.fold_in(cluster_key(r), 1),
+                before_group=charge, after_group=persist, progress=bar)
   return [done[r] for r in range(len(selected))]
 
 

@@ -17,14 +17,17 @@ P shared-prefix tokens, C cache slots, V vocabulary, T private tokens.
 
 from __future__ import annotations
 
+import collections
+import copy
 import dataclasses
 import functools
-from typing import Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+import tqdm
 
 from dpsynrag_jax import privacy
 from dpsynrag_jax.models import inference, kv_cache
@@ -135,6 +138,21 @@ class PrivatePredictor:
     self.prefix = self._shared_prefix()
     self._prefix_kv = jax.device_put(self._prefix_cache(), replicated)
 
+  def with_prompt(self, prompt: str) -> "PrivatePredictor":
+    """The same mechanism and devices with another prompt template (DP-RAG: one per question).
+
+    Shares the replicated parameters; only the shared prefix is recomputed.
+    """
+    if "{d}" not in prompt:
+      raise ValueError("The prompt template needs a {d} slot for the document.")
+    other = copy.copy(self)
+    other.prompt = prompt
+    other.__dict__.pop("_public_suffix_tokens", None)
+    other.prefix = other._shared_prefix()
+    replicated = NamedSharding(self.mesh, PartitionSpec())
+    other._prefix_kv = jax.device_put(other._prefix_cache(), replicated)
+    return other
+
   @property
   def num_devices(self) -> int:
     return self.mesh.devices.size
@@ -226,3 +244,39 @@ class PrivatePredictor:
 
   def text(self, token_ids: Sequence[int]) -> str:
     return self.lm.decode(token_ids).strip()
+
+
+def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]],
+                key_of: Callable[[int], jax.Array], *,
+                before_group: Callable[[list[int]], None] = lambda ids: None,
+                after_group: Callable[[dict[int, list[int]]], None] = lambda out: None,
+                progress: tqdm.tqdm | None = None) -> dict[int, list[int]]:
+  """Decodes many clusters, grouped by padded shape and run num_devices at a time.
+
+  Args:
+    suffixes: cluster id -> its documents' prompt suffixes (`predictor.suffixes`).
+    key_of: cluster id -> its PRNG key (keyed by id, so grouping never changes a draw).
+    before_group: called with a group's ids before it is decoded (charge the ledger here).
+    after_group: called with {id: tokens} once a group is decoded (persist here).
+    progress: a tqdm bar advanced per cluster.
+
+  Returns:
+    cluster id -> token ids of its synthetic text.
+  """
+  by_shape = collections.defaultdict(list)
+  for cid in sorted(suffixes):
+    by_shape[predictor.shape_of(suffixes[cid])].append(cid)
+  out: dict[int, list[int]] = {}
+  n = predictor.num_devices
+  for shape, ids in sorted(by_shape.items()):
+    for start in range(0, len(ids), n):
+      group = ids[start:start + n]
+      before_group(group)
+      tokens = predictor.decode_group([suffixes[c] for c in group],
+                                      [key_of(c) for c in group], shape)
+      done = dict(zip(group, tokens))
+      after_group(done)
+      out.update(done)
+      if progress is not None:
+        progress.update(len(group))
+  return out

@@ -135,6 +135,11 @@ class Workdir:
       for name in os.listdir(self.private):
         os.remove(self.private_path(name))
 
+  def holds_finished(self, config_dict: dict) -> bool:
+    """A finished run of this config (runtime knobs aside) is here and can be reused."""
+    return self.finished and (_comparable(read_json(self.path(CONFIG))) ==
+                              _comparable(config_dict))
+
   def mark_finished(self) -> None:
     atomic_write_text(self.private_path("FINISHED"), "")
 

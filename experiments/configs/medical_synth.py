@@ -71,16 +71,17 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   config.runtime.stop_after_clusters = -1  # tests: simulate an interruption
 
   if arg == "demo":
-    # Fewer, larger-c tokens: at eps = 10 with ~40-document clusters, L = 2 and T = 48 give
-    # c/tau ~ 0.21 per token, enough for a cluster's consensus to beat 49k-token noise (the
+    # Fewer, larger-c tokens: at eps = 10 with ~40-document clusters, L = 2 and T = 64 give
+    # c/tau ~ 0.18 per token, enough for a cluster's consensus to beat 49k-token noise (the
     # paper's L = 5, T = 70 gives 0.106, which needs its ~80-document clusters). 2000 notes
     # make each cluster's 40 nearest members purer in one disease; decoding costs the same.
+    # T = 64 reaches the diagnosis, which follows a long symptom list in the notes.
     config.data.num_documents = 2000
     config.keywords.method = "lexical"
     config.clustering.R = 24
     config.clustering.L = 2
     config.clustering.k = 40
-    config.generation.T = 48
+    config.generation.T = 64
     # SmolLM2-135M cannot judge YES/NO: its log-odds on real notes and on unrelated sentences
     # overlap (BUILD_NOTES.md), so the filter would drop texts at random. On for real models.
     config.self_filter.enabled = False

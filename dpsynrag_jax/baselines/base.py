@@ -1,0 +1,70 @@
+"""The interface every method of the evaluation implements, and the retrieval they share.
+
+    method.build()                       # once; may read the private documents
+    out = method.answer(questions)       # any number of times
+    method.epsilon                       # privacy spent so far (0, finite, or inf)
+
+Methods that read private data at query time (DP-RAG) charge their ledger on every call; the
+others spend nothing after build (post-processing).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from dpsynrag_jax.rag import answer as rag_answer
+from dpsynrag_jax.rag import index as rag_index
+
+
+@dataclasses.dataclass
+class Answers:
+  answers: list[str]
+  contexts: list[list[str]]   # the texts each answer was conditioned on (for context recall)
+
+
+class Method(abc.ABC):
+  """A way to answer questions about a private document collection."""
+  name: str = "method"
+  retrieves: bool = True   # False: no retrieved texts, so context recall does not apply
+
+  @abc.abstractmethod
+  def build(self) -> None:
+    """One-time work over the private documents (index, synthetic database, ...)."""
+
+  @abc.abstractmethod
+  def answer(self, questions: Sequence[str]) -> Answers:
+    """Answers and the texts each answer saw."""
+
+  @property
+  @abc.abstractmethod
+  def epsilon(self) -> float:
+    """Epsilon spent so far at the method's delta (inf when not private)."""
+
+
+class Retriever:
+  """Top-k texts by cosine similarity of the encoder's unit embeddings (FAISS inner product)."""
+
+  def __init__(self, encoder, texts: Sequence[str], embeddings: np.ndarray | None = None):
+    self.encoder = encoder
+    self.texts = list(texts)
+    if embeddings is None:
+      embeddings = (encoder.embed(self.texts) if self.texts
+                    else np.zeros((0, encoder.dim), np.float32))
+    self.index = rag_index.build_index(embeddings)
+
+  def retrieve(self, questions: Sequence[str], k: int) -> list[list[str]]:
+    if not questions:
+      return []
+    _, ids = rag_index.search(self.index, self.encoder.embed(list(questions)), k)
+    return [[self.texts[i] for i in row if i >= 0] for row in ids]
+
+
+def answer_with_retrieval(lm, retriever: Retriever, questions: Sequence[str], k: int,
+                          max_new_tokens: int) -> Answers:
+  contexts = retriever.retrieve(questions, k)
+  answers = rag_answer.answer_questions(lm, questions, contexts, max_new_tokens=max_new_tokens)
+  return Answers(answers, contexts)

@@ -1,0 +1,60 @@
+"""DP-SynRAG as an evaluation method: build the synthetic database once, then plain RAG on it."""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from dpsynrag_jax import privacy
+from dpsynrag_jax.baselines.base import Answers, Method, Retriever, answer_with_retrieval
+from dpsynrag_jax.rag import index as rag_index
+from dpsynrag_jax.synrag import pipeline
+from dpsynrag_jax.synrag import workdir as wd_lib
+
+
+class DPSynRAG(Method):
+  """Algorithm 1 (synrag.pipeline) into `workdir`, then retrieval over the released texts only.
+
+  Args:
+    config: a pipeline config (experiments/configs/medical_synth.py style).
+    workdir: where the build goes; a finished build with the same config is reused.
+    top_k: texts retrieved per question.
+  """
+  name = "DP-SynRAG"
+
+  def __init__(self, lm, encoder, config, workdir: str, *, top_k: int,
+               max_new_tokens: int = 48):
+    self.lm, self.encoder, self.config = lm, encoder, config
+    self.workdir = workdir
+    self.top_k = top_k
+    self.max_new_tokens = max_new_tokens
+    self.retriever = None
+    self._ledger = None
+
+  def build(self) -> None:
+    wd = wd_lib.Workdir(self.workdir)
+    if not wd.holds_finished(self.config.to_dict()):
+      config = self.config.copy_and_resolve_references()
+      config.unlock()
+      config.runtime.overwrite = True
+      pipeline.build_synthetic_db(config, self.workdir, lm=self.lm, encoder=self.encoder)
+    # Only released files are read from here on.
+    records = wd_lib.read_jsonl(wd.path(wd_lib.SYNTHETIC_DB))
+    index = rag_index.load_index(wd.path(wd_lib.INDEX))
+    vectors = index.reconstruct_n(0, index.ntotal) if index.ntotal else None
+    self.retriever = Retriever(self.encoder, [r["text"] for r in records], vectors)
+    self._ledger = privacy.PrivacyLedger.load(wd.path(wd_lib.LEDGER))
+
+  def answer(self, questions: Sequence[str]) -> Answers:
+    if self.retriever is None:
+      raise RuntimeError("Call build() first.")
+    return answer_with_retrieval(self.lm, self.retriever, questions, self.top_k,
+                                 self.max_new_tokens)
+
+  @property
+  def epsilon(self) -> float:
+    return self._ledger.spent_epsilon() if self._ledger is not None else 0.0
+
+  @property
+  def synthetic_texts(self) -> list[str]:
+    return list(self.retriever.texts) if self.retriever is not None else []

@@ -1,0 +1,143 @@
+"""Methods x datasets x seeds: accuracy, context recall, leakage and epsilon (Table 1).
+
+    python -m experiments.evaluate --config=experiments/configs/evaluate.py:cpu --workdir=runs/eval
+
+Writes WORKDIR/results.jsonl (one row per dataset, method and seed, appended as each finishes,
+so a rerun skips finished rows), results.json, table.md and accuracy.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import jax.numpy as jnp
+from ml_collections import config_flags
+
+from dpsynrag_jax import baselines
+from dpsynrag_jax.data.tasks import Task, load_task
+from dpsynrag_jax.models import load_encoder, load_lm
+from dpsynrag_jax.rag import metrics
+from dpsynrag_jax.synrag import workdir as wd_lib
+from experiments import reporting
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Evaluation config.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results and builds.")
+
+METHOD_NAMES = {"non_rag": "Non-RAG", "rag": "RAG", "dp_synrag": "DP-SynRAG",
+                "dp_synth": "DP-Synth", "dp_rag": "DP-RAG", "aug_pe": "Aug-PE"}
+_PIPELINE_DATA = {"medical": "medical_synth", "movielens": "movielens", "searchqa": "searchqa"}
+
+
+def split_list(text: str) -> list[str]:
+  return [t.strip() for t in str(text).split(",") if t.strip()]
+
+
+def synrag_config(config, task: Task, seed: int):
+  """The pipeline config of one DP-SynRAG run: the eval's data, models, seed and budget."""
+  c = config.dp_synrag.copy_and_resolve_references()
+  c.unlock()
+  c.seed = seed
+  c.data.name = _PIPELINE_DATA[task.name]
+  c.data.path = config.paths.get(task.name, "") if task.name != "medical" else ""
+  c.data.num_documents = len(task.documents)
+  c.data.split_seed = 0
+  c.model = config.model.copy_and_resolve_references()
+  c.privacy.epsilon = config.epsilon
+  c.privacy.delta = config.delta
+  c.self_filter.prompt = task.self_filter_prompt or "medical"
+  c.self_filter.enabled = bool(config.self_filter and task.self_filter_prompt)
+  return c
+
+
+def make_method(name: str, config, task: Task, lm, encoder, seed: int, workdir: str,
+                num_queries: int) -> baselines.Method:
+  tokens = config.answer_tokens
+  if name == "non_rag":
+    return baselines.NonRAG(lm, max_new_tokens=tokens)
+  if name == "rag":
+    return baselines.RAG(lm, encoder, task, max_new_tokens=tokens)
+  if name == "dp_synrag":
+    return baselines.DPSynRAG(lm, encoder, synrag_config(config, task, seed),
+                              os.path.join(workdir, "dp_synrag", f"{task.name}_seed{seed}"),
+                              top_k=task.top_k, max_new_tokens=tokens)
+  if name == "dp_synth":
+    return baselines.DPSynth(lm, encoder, task, epsilon=config.epsilon, delta=config.delta,
+                             T=config.dp_synth.T, batch_size=config.dp_synth.batch_size,
+                             seed=seed, max_new_tokens=tokens,
+                             self_filter_enabled=bool(config.self_filter and
+                                                      task.self_filter_prompt))
+  if name == "dp_rag":
+    r = config.dp_rag
+    return baselines.DPRAG(lm, encoder, task, epsilon_total=config.epsilon,
+                           num_queries=num_queries, delta=config.delta, k=r.k, T=r.T,
+                           omega=r.omega, retrieval_share=r.retrieval_share, seed=seed)
+  if name == "aug_pe":
+    return baselines.AugPE(lm, encoder, task, epsilon=config.epsilon, delta=config.delta,
+                           population=config.aug_pe.population,
+                           iterations=config.aug_pe.iterations, seed=seed,
+                           answer_tokens=tokens)
+  raise ValueError(f"Unknown method {name!r}; expected one of {sorted(METHOD_NAMES)}.")
+
+
+def evaluate_method(method: baselines.Method, task: Task, queries) -> dict:
+  """Builds, answers and scores one method; the row of the results table."""
+  start = time.time()
+  method.build()
+  built = time.time()
+  out = method.answer([q.text for q in queries])
+  golds = [q.answers for q in queries]
+  return {
+      "accuracy": metrics.accuracy(out.answers, golds, task.matches),
+      "context_recall": (metrics.context_recall(out.contexts, golds, task.matches)
+                         if method.retrieves else None),
+      "leakage": metrics.leakage(out.answers, task.private_names),
+      "epsilon": method.epsilon,
+      "questions": len(queries),
+      "seconds_build": round(built - start, 1),
+      "seconds_answer": round(time.time() - built, 1),
+      "examples": [{"question": q.text, "gold": list(q.answers), "answer": a}
+                   for q, a in list(zip(queries, out.answers))[:3]],
+  }
+
+
+def run(config, workdir: str) -> list[dict]:
+  os.makedirs(workdir, exist_ok=True)
+  results_path = os.path.join(workdir, "results.jsonl")
+  rows = wd_lib.read_jsonl(results_path)
+  done = {(r["dataset"], r["method"], r["seed"]) for r in rows}
+  dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[config.model.dtype]
+  lm = load_lm(config.model.lm, dtype=dtype)
+  encoder = load_encoder(config.model.encoder)
+  for dataset in split_list(config.datasets):
+    task = load_task(dataset, path=config.paths.get(dataset, ""),
+                     num_documents=config.num_documents, num_validation=0,
+                     num_test=config.num_test, seed=0)
+    for seed in [int(s) for s in split_list(config.seeds)]:
+      for name in split_list(config.methods):
+        if (dataset, METHOD_NAMES[name], seed) in done:
+          continue
+        logging.info("Evaluating %s on %s, seed %d.", METHOD_NAMES[name], dataset, seed)
+        method = make_method(name, config, task, lm, encoder, seed, workdir, len(task.test))
+        row = {"dataset": dataset, "method": METHOD_NAMES[name], "seed": seed,
+               **evaluate_method(method, task, task.test)}
+        wd_lib.append_jsonl(results_path, [row])
+        rows.append(row)
+        logging.info("%s", {k: v for k, v in row.items() if k != "examples"})
+  reporting.write_tables(rows, workdir, title="Methods x datasets (mean +- std over seeds)")
+  return rows
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  run(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config", "workdir"])
+  app.run(main)

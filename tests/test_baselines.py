@@ -1,0 +1,114 @@
+"""Every evaluation method behind one interface, on a tiny random model and real MiniLM retrieval."""
+
+import math
+
+import numpy as np
+import pytest
+
+from dpsynrag_jax import privacy
+from dpsynrag_jax.baselines import DPRAG, RAG, AugPE, DPSynRAG, DPSynth, NonRAG
+from dpsynrag_jax.baselines.dp_synth import batch_of
+from dpsynrag_jax.data.tasks import load_task
+from dpsynrag_jax.models import load_encoder, load_lm
+from dpsynrag_jax.rag import metrics
+from experiments.configs import medical_synth
+
+
+@pytest.fixture(scope="module")
+def models():
+  return load_lm("tiny-random"), load_encoder("all-minilm-l6-v2")
+
+
+@pytest.fixture(scope="module")
+def task():
+  return load_task("medical", num_documents=150, num_validation=0, num_test=6)
+
+
+def _questions(task):
+  return [q.text for q in task.test]
+
+
+def test_non_rag_spends_nothing_and_sees_nothing(models, task):
+  lm, _ = models
+  method = NonRAG(lm, max_new_tokens=4)
+  method.build()
+  out = method.answer(_questions(task))
+  assert len(out.answers) == 6 and all(c == [] for c in out.contexts)
+  assert method.epsilon == 0.0
+
+
+def test_rag_retrieves_the_right_notes(models, task):
+  lm, encoder = models
+  method = RAG(lm, encoder, task, max_new_tokens=4)
+  method.build()
+  out = method.answer(_questions(task))
+  assert all(len(c) == task.top_k for c in out.contexts)
+  recall = metrics.context_recall(out.contexts, [q.answers for q in task.test], task.matches)
+  assert recall >= 0.5  # MiniLM finds notes of the asked disease among 150
+  assert math.isinf(method.epsilon)
+
+
+def test_dp_synth_spends_its_budget_once_over_disjoint_batches(models, task):
+  lm, encoder = models
+  method = DPSynth(lm, encoder, task, epsilon=10.0, T=6, batch_size=50, self_filter_enabled=False,
+                   max_new_tokens=4)
+  method.build()
+  assert len(method.synthetic_texts) <= 3  # ceil(150 / 50) batches, one text each
+  assert method.epsilon == pytest.approx(10.0, rel=1e-9)
+  assert method.c == pytest.approx(math.sqrt(2 * privacy.eps_to_zcdp(10.0, 1e-3) / 6))
+  out = method.answer(_questions(task))
+  assert len(out.answers) == 6
+  # A document's batch depends on its own text only.
+  assert batch_of("some note", 0, 3) == batch_of("some note", 0, 3)
+
+
+def test_dp_rag_splits_the_budget_over_planned_queries(models, task):
+  lm, encoder = models
+  method = DPRAG(lm, encoder, task, epsilon_total=10.0, num_queries=3, k=8, T=4)
+  method.build()
+  out = method.answer(_questions(task)[:3])
+  assert len(out.answers) == 3
+  assert method.epsilon == pytest.approx(10.0, rel=1e-6)
+  assert all(1 <= len(c) <= 40 for c in out.contexts)  # threshold near k = 8
+  with pytest.raises(privacy.BudgetExceededError):
+    method.answer(_questions(task)[3:4])
+  more = DPRAG(lm, encoder, task, epsilon_total=10.0, num_queries=30, k=8, T=4)
+  assert more.c < method.c and more.eps_r < method.eps_r  # more questions, less per question
+
+
+def test_dp_synrag_method_builds_once_and_reads_only_the_release(models, tmp_path):
+  lm, encoder = models
+  config = medical_synth.get_config("tiny")
+  method = DPSynRAG(lm, encoder, config, str(tmp_path), top_k=3, max_new_tokens=4)
+  method.build()
+  assert method.epsilon == pytest.approx(config.privacy.epsilon, rel=1e-9)
+  texts = method.synthetic_texts
+  assert texts
+  again = DPSynRAG(lm, encoder, config, str(tmp_path), top_k=3, max_new_tokens=4)
+  again.build()  # reuses the finished build
+  assert again.synthetic_texts == texts
+  out = again.answer(["What is my disease?"])
+  assert len(out.contexts[0]) == min(3, len(texts))
+
+
+def test_aug_pe_votes_privately_and_evolves_the_population(models, task):
+  lm, encoder = models
+  method = AugPE(lm, encoder, task, epsilon=10.0, population=8, iterations=2,
+                 max_new_tokens=6, answer_tokens=4)
+  method.build()
+  assert 1 <= len(method.synthetic_texts) <= 8
+  assert method.epsilon == pytest.approx(10.0, rel=1e-9)
+  assert [e.label for e in method.ledger.entries] == ["round 1 votes", "round 2 votes"]
+  assert len(method.answer(_questions(task)[:2]).answers) == 2
+
+
+def test_metrics():
+  golds = [["Wigglepox"], ["Zonkitis", "Zonk"]]
+  assert metrics.accuracy(["It is wigglepox.", "No idea"], golds,
+                          lambda t, a: any(x.lower() in t.lower() for x in a)) == 0.5
+  contexts = [["note about Wigglepox"], ["other", "Zonk fever"]]
+  assert metrics.context_recall(contexts, golds,
+                                lambda t, a: any(x.lower() in t.lower() for x in a)) == 1.0
+  assert metrics.leakage(["Ana Ruiz has it", "nobody", "ANA RUIZ again"], ["Ana Ruiz"]) == 2
+  assert metrics.leaked_names("Ana Ruiz and Bo Li", ["Bo Li", "Cy Xu"]) == ["Bo Li"]
+  assert np.isnan(metrics.accuracy([], [], lambda t, a: True))
