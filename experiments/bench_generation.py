@@ -1,0 +1,245 @@
+"""Benchmark of one cluster's private decode: ours (jitted JAX) against a PyTorch reference.
+
+    python -m experiments.bench_generation --model=smollm2-135m-instruct --docs=64 --T=70 \
+        --json_out=bench.json
+
+In one process, alternating ours / reference for --pairs pairs (A B A B ...):
+  - ours: synrag.private_prediction's cluster program (shared prefix, suffix prefill, T steps of
+    clip -> masked sum -> sample -> feed back, one jitted while_loop);
+  - reference: the same weights loaded by transformers (PyTorch, eager), the same prompts,
+    prefill with a KV cache, then a Python loop per token that clips, sums, samples and feeds
+    the token to every row: how a transformers user would write it;
+  - a 2048 x 2048 fp32 matmul in NumPy, JAX and PyTorch: the machine's measured peak (best of
+    the three).
+Both decoders run exactly T steps (EOS ignored) on identical prompts. FLOPs are the nominal
+work of the cluster (every row's full prompt + T tokens: weight matmuls, LM head, attention),
+the same for both, so GFLOP/s compare like for like.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_MODEL = flags.DEFINE_string("model", "smollm2-135m-instruct", "Model preset or path.")
+_DOCS = flags.DEFINE_integer("docs", 64, "Documents in the cluster.")
+_T = flags.DEFINE_integer("T", 70, "Private tokens.")
+_PAIRS = flags.DEFINE_integer("pairs", 5, "Timed ours/reference pairs.")
+_C = flags.DEFINE_float("c", 0.106, "Clipping bound (c/tau of the paper's calibration).")
+_JSON_OUT = flags.DEFINE_string("json_out", "", "Where to write the JSON report.")
+_REFERENCE = flags.DEFINE_bool("reference", True, "Run the PyTorch reference.")
+
+
+def matmul_peak(n: int = 2048, repeats: int = 5) -> dict:
+  """Best GFLOP/s of an n x n fp32 matmul in NumPy, JAX and PyTorch."""
+  import torch  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
+  flops = 2.0 * n**3
+
+  def best(fn):
+    fn()
+    times = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      fn()
+      times.append(time.perf_counter() - start)
+    return flops / min(times) / 1e9
+
+  ja, jb = jnp.asarray(a), jnp.asarray(b)
+  mm = jax.jit(jnp.matmul)
+  ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+  out = {"numpy": best(lambda: a @ b),
+         "jax": best(lambda: mm(ja, jb).block_until_ready()),
+         "torch": best(lambda: ta @ tb)}
+  out["peak"] = max(out.values())
+  return out
+
+
+def nominal_flops(cfg, prompt_lengths, T: int) -> float:
+  """Weight matmuls + LM head + attention (QK and PV) for every row's prompt and T tokens."""
+  d, hd = cfg.hidden_size, cfg.head_dim
+  per_layer = 2 * d * hd * (2 * cfg.num_heads + 2 * cfg.num_kv_heads) + 6 * d * cfg.intermediate_size
+  per_token = cfg.num_layers * per_layer + 2 * d * cfg.vocab_size
+  total = 0.0
+  for p in prompt_lengths:
+    tokens = p + T
+    total += tokens * per_token
+    # Token at position i attends to i + 1 keys: 4 * H * hd flops per key per layer.
+    total += cfg.num_layers * 4 * cfg.num_heads * hd * tokens * (tokens + 1) / 2
+  return total
+
+
+class Ours:
+  """The pipeline's own cluster program, with EOS disabled so it always runs T steps."""
+
+  def __init__(self, lm, documents, T, c):
+    from dpsynrag_jax.models import LanguageModel  # pylint: disable=g-import-not-at-top
+    from dpsynrag_jax.synrag import private_prediction as pp  # pylint: disable=g-import-not-at-top
+    no_eos = LanguageModel(lm.config, lm.params, lm.tokenizer, lm.dtype, eos_ids=(-1,),
+                           source=lm.source)
+    self.predictor = pp.PrivatePredictor(no_eos, c=c, tau=1.0, T=T)
+    self.suffixes = self.predictor.suffixes(documents)
+    self.shape = self.predictor.shape_of(self.suffixes)
+    self.key = jax.random.PRNGKey(0)
+    self._prefill = jax.jit(self._prefill_only)
+
+  def _prefill_only(self, params, prefix_k, prefix_v, tokens, lengths):
+    from dpsynrag_jax.models import inference, kv_cache  # pylint: disable=g-import-not-at-top
+    p = self.predictor
+    cache = kv_cache.with_prefix(
+        kv_cache.init_cache(p.lm.config, tokens.shape[0], len(p.prefix) + tokens.shape[1] + p.T,
+                            p.lm.dtype), prefix_k, prefix_v)
+    logits, cache = inference.extend(params, p.lm.config, p.lm.dtype, cache, tokens, lengths)
+    return logits, cache.k
+
+  def prefill(self) -> float:
+    p = self.predictor
+    tokens, lengths, _, _ = p._pack(self.suffixes, None, *self.shape)  # pylint: disable=protected-access
+    start = time.perf_counter()
+    out = self._prefill(p._params, *p._prefix_kv, jnp.asarray(tokens), jnp.asarray(lengths))  # pylint: disable=protected-access
+    jax.block_until_ready(out)
+    return time.perf_counter() - start
+
+  def run(self) -> float:
+    start = time.perf_counter()
+    self.predictor.decode_group([self.suffixes], [self.key], self.shape)
+    return time.perf_counter() - start
+
+
+class Reference:
+  """transformers + PyTorch, eager, as a user would write the private decode."""
+
+  def __init__(self, model_path, prompts_ids, T, c, pad_id):
+    import torch  # pylint: disable=g-import-not-at-top
+    from transformers import AutoModelForCausalLM  # pylint: disable=g-import-not-at-top
+    self.torch = torch
+    torch.set_num_threads(os.cpu_count() or 1)
+    folder, name = model_path.rsplit("/", 1)
+    self.model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name,
+                                                      dtype=torch.float32).eval()
+    self.T, self.c = T, c
+    width = max(map(len, prompts_ids))
+    ids = torch.full((len(prompts_ids), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts_ids):  # left padding: every row's next token is at the end
+      ids[i, width - len(p):] = torch.tensor(p)
+      mask[i, width - len(p):] = 1
+    self.ids, self.mask = ids, mask
+    self.generator = torch.Generator().manual_seed(0)
+
+  def _clip(self, logits):
+    torch = self.torch
+    l_exp = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)
+    centre = (l_exp.max(dim=-1, keepdim=True).values + l_exp.min(dim=-1, keepdim=True).values) / 2
+    l_cent = l_exp - centre
+    norm = l_cent.abs().max(dim=-1, keepdim=True).values
+    return l_cent * torch.clamp(self.c / norm, max=1.0)
+
+  def run(self) -> tuple[float, float]:
+    torch = self.torch
+    with torch.inference_mode():
+      start = time.perf_counter()
+      mask = self.mask.clone()
+      positions = (mask.cumsum(-1) - 1).clamp(min=0)
+      out = self.model(input_ids=self.ids, attention_mask=mask, position_ids=positions,
+                       use_cache=True)
+      prefill = time.perf_counter() - start
+      past, logits = out.past_key_values, out.logits[:, -1].float()
+      for _ in range(self.T):
+        summed = self._clip(logits).sum(0)  # every row is a real document here
+        token = torch.multinomial(torch.softmax(summed, -1), 1, generator=self.generator)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        positions = positions[:, -1:] + 1
+        out = self.model(input_ids=token.expand(len(mask), 1), attention_mask=mask,
+                         position_ids=positions, past_key_values=past, use_cache=True)
+        past, logits = out.past_key_values, out.logits[:, -1].float()
+      return prefill, time.perf_counter() - start
+
+
+def _stats(times, flops, peak):
+  med = statistics.median(times)
+  return {"median_s": med, "all_s": [round(t, 3) for t in times], "gflops": flops / med / 1e9,
+          "fraction_of_peak": flops / med / 1e9 / peak}
+
+
+def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool) -> dict:
+  from dpsynrag_jax.data import load_medical_synth  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.models import load_lm, presets  # pylint: disable=g-import-not-at-top
+  lm = load_lm(model)
+  documents = load_medical_synth(num_documents=docs, num_validation=0, num_test=0).documents
+  ours = Ours(lm, documents, T, c)
+  prompts = lm.encode([lm.chat_prompt(ours.predictor.prompt.format(d=d)) for d in documents])
+  flops = nominal_flops(lm.config, [len(p) for p in prompts], T)
+  peak = matmul_peak()
+
+  start = time.perf_counter()
+  ours.run()
+  compile_and_first = time.perf_counter() - start
+  ours.prefill()
+  rss_after_ours = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+  ref = None
+  if reference:
+    path = presets.resolve_lm(model)
+    if not path.endswith(".gguf"):
+      raise app.UsageError("The reference loads GGUF presets/files only.")
+    ref = Reference(path, prompts, T, c, lm.pad_id)
+    ref.run()  # warm-up (allocator, threads)
+  ours_total, ours_prefill, ref_total, ref_prefill = [], [], [], []
+  for _ in range(pairs):
+    ours_total.append(ours.run())
+    ours_prefill.append(ours.prefill())
+    if ref is not None:
+      p, t = ref.run()
+      ref_prefill.append(p)
+      ref_total.append(t)
+  ours_stats = _stats(ours_total, flops, peak["peak"])
+  report = {
+      "model": model, "docs": docs, "T": T, "pairs": pairs,
+      "prompt_tokens_mean": float(np.mean([len(p) for p in prompts])),
+      "shared_prefix_tokens": len(ours.predictor.prefix),
+      "padded_shape_rows_suffix": list(ours.shape),
+      "nominal_gflop": flops / 1e9,
+      "matmul_peak_gflops": peak,
+      "ours": {**ours_stats, "prefill_median_s": statistics.median(ours_prefill),
+               "decode_median_s": ours_stats["median_s"] - statistics.median(ours_prefill),
+               "compile_plus_first_run_s": compile_and_first,
+               "tokens_per_s": docs * T / ours_stats["median_s"],
+               "peak_rss_mb_after": rss_after_ours},
+      "devices": [str(d) for d in jax.devices()],
+  }
+  if ref is not None:
+    ref_stats = _stats(ref_total, flops, peak["peak"])
+    report["reference"] = {**ref_stats, "prefill_median_s": statistics.median(ref_prefill),
+                           "decode_median_s": ref_stats["median_s"] -
+                           statistics.median(ref_prefill),
+                           "tokens_per_s": docs * T / ref_stats["median_s"],
+                           "peak_rss_mb_after":
+                               resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    report["ratio_ours_over_reference"] = ours_stats["median_s"] / ref_stats["median_s"]
+    report["pairwise_ratios"] = [round(a / b, 3) for a, b in zip(ours_total, ref_total)]
+  return report
+
+
+def main(argv):
+  del argv
+  report = run(_MODEL.value, _DOCS.value, _T.value, _PAIRS.value, _C.value, _REFERENCE.value)
+  text = json.dumps(report, indent=1)
+  print(text)
+  if _JSON_OUT.value:
+    with open(_JSON_OUT.value, "w", encoding="utf-8") as f:
+      f.write(text + "\n")
+
+
+if __name__ == "__main__":
+  app.run(main)
