@@ -1,8 +1,8 @@
 """Declarative maps from checkpoint tensor names to our Flax parameter tree.
 
 A map is a list of Rules: our parameter path, the checkpoint's name (with {i} for per-layer
-tensors), and a per-tensor transform. A per-layer rule's path starts with "layers/" and fills
-layers_0 .. layers_{L-1}. Shapes are checked against the parameter shapes the config implies.
+tensors, which are stacked along a leading layer axis for the scanned layers), and a per-tensor
+transform. Shapes are checked against the parameter shapes the config implies.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def unpermute_rotary(num_heads: Callable[[DecoderConfig], int]) -> Transform:
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-  ours: str                      # "/"-separated path; "layers/..." is per layer
+  ours: str                      # "/"-separated path in the params tree
   theirs: str                    # checkpoint name; "{i}" marks a per-layer tensor
   transform: Transform = identity
   when: Callable[[DecoderConfig], bool] = lambda cfg: True
@@ -189,17 +189,21 @@ def apply_map(rules: list[Rule], tensors: Mapping[str, np.ndarray], cfg: Decoder
   for rule in rules:
     if not rule.when(cfg):
       continue
+    if rule.ours not in expected_shapes:
+      raise CheckpointError(f"Internal: map rule for unknown parameter {rule.ours!r}.")
+    shape = expected_shapes[rule.ours]
     if "{i}" in rule.theirs:
-      suffix = rule.ours[len("layers/"):]
-      targets = [(f"layers_{i}/{suffix}", rule.theirs.format(i=i)) for i in range(cfg.num_layers)]
+      per_layer = []
+      for i in range(cfg.num_layers):
+        name = rule.theirs.format(i=i)
+        w = _transformed(rule, take(tensors, name, source), cfg, name, source)
+        check_shape(name, w, shape[1:], source)
+        per_layer.append(w)
+      value = np.stack(per_layer)
     else:
-      targets = [(rule.ours, rule.theirs)]
-    for ours, name in targets:
-      if ours not in expected_shapes:
-        raise CheckpointError(f"Internal: map rule for unknown parameter {ours!r}.")
-      value = _transformed(rule, take(tensors, name, source), cfg, name, source)
-      check_shape(name, value, expected_shapes[ours], source)
-      _set(params, ours, jnp.asarray(value, dtype))
+      value = _transformed(rule, take(tensors, rule.theirs, source), cfg, rule.theirs, source)
+      check_shape(rule.theirs, value, shape, source)
+    _set(params, rule.ours, jnp.asarray(value, dtype))
   missing = sorted(set(expected_shapes) - {p for p, _ in _flatten(params)})
   if missing:
     raise CheckpointError(f"{source}: no checkpoint tensor maps to {missing}.")

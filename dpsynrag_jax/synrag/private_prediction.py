@@ -171,8 +171,7 @@ class PrivatePredictor:
       empty = kv_cache.init_cache(self.lm.config, 1, 0, self.lm.dtype)
       return empty.k, empty.v
     _, cache = self.lm.prefill([self.prefix], capacity=bucket_length(p))
-    first_row = lambda layers: tuple(x[:1, :, :p] for x in layers)
-    return first_row(cache.k), first_row(cache.v)
+    return cache.k[:, :1, :, :p], cache.v[:, :1, :, :p]
 
   def suffixes(self, documents: Sequence[str]) -> list[list[int]]:
     """Each document's prompt tokens after the shared prefix."""
