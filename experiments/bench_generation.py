@@ -37,6 +37,8 @@ _PAIRS = flags.DEFINE_integer("pairs", 5, "Timed ours/reference pairs.")
 _C = flags.DEFINE_float("c", 0.106, "Clipping bound (c/tau of the paper's calibration).")
 _JSON_OUT = flags.DEFINE_string("json_out", "", "Where to write the JSON report.")
 _REFERENCE = flags.DEFINE_bool("reference", True, "Run the PyTorch reference.")
+_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
+                           "Our weights and activations (the reference stays float32).")
 
 
 def matmul_peak(n: int = 2048, repeats: int = 5) -> dict:
@@ -172,10 +174,11 @@ def _stats(times, flops, peak):
           "fraction_of_peak": flops / med / 1e9 / peak}
 
 
-def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool) -> dict:
+def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool,
+        dtype: str = "float32") -> dict:
   from dpsynrag_jax.data import load_medical_synth  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.models import load_lm, presets  # pylint: disable=g-import-not-at-top
-  lm = load_lm(model)
+  lm = load_lm(model, dtype={"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype])
   documents = load_medical_synth(num_documents=docs, num_validation=0, num_test=0).documents
   ours = Ours(lm, documents, T, c)
   prompts = lm.encode([lm.chat_prompt(ours.predictor.prompt.format(d=d)) for d in documents])
@@ -205,7 +208,7 @@ def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool) ->
       ref_total.append(t)
   ours_stats = _stats(ours_total, flops, peak["peak"])
   report = {
-      "model": model, "docs": docs, "T": T, "pairs": pairs,
+      "model": model, "docs": docs, "T": T, "pairs": pairs, "dtype": dtype,
       "prompt_tokens_mean": float(np.mean([len(p) for p in prompts])),
       "shared_prefix_tokens": len(ours.predictor.prefix),
       "padded_shape_rows_suffix": list(ours.shape),
@@ -233,7 +236,8 @@ def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool) ->
 
 def main(argv):
   del argv
-  report = run(_MODEL.value, _DOCS.value, _T.value, _PAIRS.value, _C.value, _REFERENCE.value)
+  report = run(_MODEL.value, _DOCS.value, _T.value, _PAIRS.value, _C.value, _REFERENCE.value,
+               _DTYPE.value)
   text = json.dumps(report, indent=1)
   print(text)
   if _JSON_OUT.value:
