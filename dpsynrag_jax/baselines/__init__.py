@@ -6,7 +6,7 @@
 """
 
 from dpsynrag_jax.baselines.aug_pe import AugPE
-from dpsynrag_jax.baselines.base import Answers, Method, Retriever
+from dpsynrag_jax.baselines.base import Answers, Method, RetrievalMethod, Retriever
 from dpsynrag_jax.baselines.dp_rag import DPRAG
 from dpsynrag_jax.baselines.dp_synrag import DPSynRAG
 from dpsynrag_jax.baselines.dp_synth import DPSynth

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpsynrag_jax import privacy
-from dpsynrag_jax.baselines.base import Answers, Method, Retriever, answer_with_retrieval
+from dpsynrag_jax.baselines.base import RetrievalMethod, Retriever
 from dpsynrag_jax.data.tasks import Task
 
 RANDOM_PROMPTS = {
@@ -43,7 +43,7 @@ def _noisy_votes(key, private, synthetic, sigma):
   return privacy.gaussian_mechanism(key, counts, sigma)
 
 
-class AugPE(Method):
+class AugPE(RetrievalMethod):
   """Args:
     epsilon, delta: the run's budget, spent over `iterations` voting rounds.
     population: synthetic texts per round (the database size).
@@ -61,15 +61,15 @@ class AugPE(Method):
       raise ValueError("population and iterations must be >= 1.")
     self.lm, self.encoder, self.task = lm, encoder, task
     self.population, self.iterations = population, iterations
-    self.max_new_tokens, self.temperature = max_new_tokens, temperature
-    self.vote_threshold, self.seed, self.answer_tokens = vote_threshold, seed, answer_tokens
+    self.text_tokens, self.temperature = max_new_tokens, temperature
+    self.vote_threshold, self.seed = vote_threshold, seed
+    self.top_k, self.max_new_tokens = task.top_k, answer_tokens
     self.sigma = math.sqrt(iterations / (2.0 * privacy.eps_to_zcdp(epsilon, delta)))
     self.ledger = privacy.PrivacyLedger(epsilon, delta)
-    self.retriever = None
     self.synthetic_texts: list[str] = []
 
   def _generate(self, prompts: Sequence[str], round_: int) -> list[str]:
-    return [t.strip() for t in self.lm.generate(list(prompts), self.max_new_tokens,
+    return [t.strip() for t in self.lm.generate(list(prompts), self.text_tokens,
                                                 temperature=self.temperature,
                                                 seed=self.seed * 1000 + round_)]
 
@@ -90,12 +90,6 @@ class AugPE(Method):
       texts = self._generate([VARIATION_PROMPT.format(x=texts[i]) for i in picks], round_)
     self.synthetic_texts = [t for t in texts if t]
     self.retriever = Retriever(self.encoder, self.synthetic_texts)
-
-  def answer(self, questions: Sequence[str]) -> Answers:
-    if self.retriever is None:
-      raise RuntimeError("Call build() first.")
-    return answer_with_retrieval(self.lm, self.retriever, questions, self.task.top_k,
-                                 self.answer_tokens)
 
   @property
   def epsilon(self) -> float:

@@ -63,8 +63,20 @@ class Retriever:
     return [[self.texts[i] for i in row if i >= 0] for row in ids]
 
 
-def answer_with_retrieval(lm, retriever: Retriever, questions: Sequence[str], k: int,
-                          max_new_tokens: int) -> Answers:
-  contexts = retriever.retrieve(questions, k)
-  answers = rag_answer.answer_questions(lm, questions, contexts, max_new_tokens=max_new_tokens)
-  return Answers(answers, contexts)
+class RetrievalMethod(Method):
+  """A method whose build() makes a text collection; answers retrieve top_k texts from it.
+
+  Subclasses set lm, top_k and max_new_tokens, and self.retriever in build().
+  """
+  lm = None
+  top_k: int = 10
+  max_new_tokens: int = 48
+  retriever: Retriever | None = None
+
+  def answer(self, questions: Sequence[str]) -> Answers:
+    if self.retriever is None:
+      raise RuntimeError(f"Call {type(self).__name__}.build() first.")
+    contexts = self.retriever.retrieve(questions, self.top_k)
+    answers = rag_answer.answer_questions(self.lm, questions, contexts,
+                                          max_new_tokens=self.max_new_tokens)
+    return Answers(answers, contexts)

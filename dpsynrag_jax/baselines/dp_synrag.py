@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Sequence
 
 from dpsynrag_jax import privacy
-from dpsynrag_jax.baselines.base import Answers, Method, Retriever, answer_with_retrieval
+from dpsynrag_jax.baselines.base import RetrievalMethod, Retriever
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import pipeline
 from dpsynrag_jax.synrag import workdir as wd_lib
 
 
-class DPSynRAG(Method):
+class DPSynRAG(RetrievalMethod):
   """Algorithm 1 (synrag.pipeline) into `workdir`, then retrieval over the released texts only.
 
   Args:
@@ -28,7 +27,6 @@ class DPSynRAG(Method):
     self.workdir = workdir
     self.top_k = top_k
     self.max_new_tokens = max_new_tokens
-    self.retriever = None
     self._ledger = None
 
   def build(self) -> None:
@@ -44,12 +42,6 @@ class DPSynRAG(Method):
     vectors = index.reconstruct_n(0, index.ntotal) if index.ntotal else None
     self.retriever = Retriever(self.encoder, [r["text"] for r in records], vectors)
     self._ledger = privacy.PrivacyLedger.load(wd.path(wd_lib.LEDGER))
-
-  def answer(self, questions: Sequence[str]) -> Answers:
-    if self.retriever is None:
-      raise RuntimeError("Call build() first.")
-    return answer_with_retrieval(self.lm, self.retriever, questions, self.top_k,
-                                 self.max_new_tokens)
 
   @property
   def epsilon(self) -> float:

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Sequence
 
 import jax
 import numpy as np
 
 from dpsynrag_jax import privacy
-from dpsynrag_jax.baselines.base import Answers, Method, Retriever, answer_with_retrieval
+from dpsynrag_jax.baselines.base import RetrievalMethod, Retriever
 from dpsynrag_jax.data.tasks import Task
 from dpsynrag_jax.synrag import self_filter
 from dpsynrag_jax.synrag.private_prediction import PrivatePredictor, decode_many
@@ -33,7 +32,7 @@ def batch_of(text: str, seed: int, num_batches: int) -> int:
   return int.from_bytes(digest[:8], "little") % num_batches
 
 
-class DPSynth(Method):
+class DPSynth(RetrievalMethod):
   """Args:
     task: documents, self-filter prompt and top_k.
     epsilon, delta: the whole run's budget.
@@ -48,11 +47,10 @@ class DPSynth(Method):
     self.lm, self.encoder, self.task = lm, encoder, task
     self.T, self.tau, self.batch_size, self.seed = T, tau, batch_size, seed
     self.self_filter_enabled = self_filter_enabled
-    self.max_new_tokens = max_new_tokens
+    self.top_k, self.max_new_tokens = task.top_k, max_new_tokens
     rho = privacy.eps_to_zcdp(epsilon, delta)
     self.c = tau * math.sqrt(2.0 * rho / T)
     self.ledger = privacy.PrivacyLedger(epsilon, delta, max_clusters_per_document=1)
-    self.retriever = None
     self.synthetic_texts: list[str] = []
 
   def build(self) -> None:
@@ -79,12 +77,6 @@ class DPSynth(Method):
                                       self_filter.FILTER_PROMPTS.get(prompt, prompt))
     self.synthetic_texts = [t for t, k in zip(texts, keep) if k]
     self.retriever = Retriever(self.encoder, self.synthetic_texts)
-
-  def answer(self, questions: Sequence[str]) -> Answers:
-    if self.retriever is None:
-      raise RuntimeError("Call build() first.")
-    return answer_with_retrieval(self.lm, self.retriever, questions, self.task.top_k,
-                                 self.max_new_tokens)
 
   @property
   def epsilon(self) -> float:

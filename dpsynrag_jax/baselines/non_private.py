@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from dpsynrag_jax.baselines.base import Answers, Method, Retriever, answer_with_retrieval
+from dpsynrag_jax.baselines.base import Answers, Method, RetrievalMethod, Retriever
 from dpsynrag_jax.data.tasks import Task
 from dpsynrag_jax.rag import answer as rag_answer
 
@@ -33,23 +33,16 @@ class NonRAG(Method):
     return 0.0
 
 
-class RAG(Method):
+class RAG(RetrievalMethod):
   """Retrieval over the private documents themselves: the upper bound, with no privacy."""
   name = "RAG"
 
   def __init__(self, lm, encoder, task: Task, *, max_new_tokens: int = 48):
     self.lm, self.encoder, self.task = lm, encoder, task
-    self.max_new_tokens = max_new_tokens
-    self.retriever = None
+    self.top_k, self.max_new_tokens = task.top_k, max_new_tokens
 
   def build(self) -> None:
     self.retriever = Retriever(self.encoder, self.task.documents)
-
-  def answer(self, questions: Sequence[str]) -> Answers:
-    if self.retriever is None:
-      raise RuntimeError("Call build() first.")
-    return answer_with_retrieval(self.lm, self.retriever, questions, self.task.top_k,
-                                 self.max_new_tokens)
 
   @property
   def epsilon(self) -> float:

@@ -57,6 +57,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from dpsynrag_jax.data.counts import check_count
+
 QUESTION_SUFFIX = ("What movie is recommended for this user? "
                    "Answer with movies released in the 20th century.")
 
@@ -586,16 +588,6 @@ def split_users(user_ids: Sequence[int], seed: int) -> tuple[list[int], list[int
   return database, validation, test
 
 
-def _check_count(name: str, value: int | None, pool: int) -> int:
-  if value is None:
-    return pool
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise TypeError(f"{name} must be an int or None, got {type(value).__name__}.")
-  if not 0 <= value <= pool:
-    raise ValueError(f"{name} must be in [0, {pool}] (the size of its pool), got {value}.")
-  return int(value)
-
-
 def _check_positive(name: str, value: int) -> None:
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
     raise ValueError(f"{name} must be a positive int, got {value!r}.")
@@ -624,9 +616,9 @@ def load_movielens(path: str | os.PathLike, *, num_documents: int | None = None,
   kept = {uid: mids[:favourites] for uid, mids in rated.items() if len(mids) >= min_rated}
   names = pseudonyms([(u.user_id, u.gender) for u in users.values()])
   database, validation, test = split_users(list(kept), seed)
-  database = database[:_check_count("num_documents", num_documents, len(database))]
-  validation = validation[:_check_count("num_validation", num_validation, len(validation))]
-  test = test[:_check_count("num_test", num_test, len(test))]
+  database = database[:check_count("num_documents", num_documents, len(database))]
+  validation = validation[:check_count("num_validation", num_validation, len(validation))]
+  test = test[:check_count("num_test", num_test, len(test))]
 
   def liked(uid: int) -> list[_Movie]:
     return [movies[m] for m in kept[uid]]

@@ -57,6 +57,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from dpsynrag_jax.data.counts import check_count
+
 SNIPPET_MARKER = "[DOC]"
 TITLE_MARKER = "[TLE]"
 TEXT_MARKER = "[PAR]"
@@ -296,16 +298,6 @@ def _answer_snippets(q: _Question) -> int:
   return sum(answer_contains_any(snippet_document(*s), q.answers) for s in q.snippets)
 
 
-def _check_count(name: str, value: int | None, pool: int) -> int:
-  if value is None:
-    return pool
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise TypeError(f"{name} must be an int or None, got {type(value).__name__}.")
-  if not 0 <= value <= pool:
-    raise ValueError(f"{name} must be in [0, {pool}] (the size of its pool), got {value}.")
-  return int(value)
-
-
 def load_searchqa(path: str | os.PathLike, *, num_documents: int | None = None,
                   num_validation: int | None = None, num_test: int | None = None,
                   seed: int = 0, min_answer_snippets: int = 1) -> SearchQA:
@@ -320,10 +312,10 @@ def load_searchqa(path: str | os.PathLike, *, num_documents: int | None = None,
   kept = [q for q in questions if _answer_snippets(q) >= min_answer_snippets]
   order = [kept[int(i)] for i in np.random.default_rng(seed).permutation(len(kept))]
   validation, test = order[0::2], order[1::2]
-  validation = validation[:_check_count("num_validation", num_validation, len(validation))]
-  test = test[:_check_count("num_test", num_test, len(test))]
+  validation = validation[:check_count("num_validation", num_validation, len(validation))]
+  test = test[:check_count("num_test", num_test, len(test))]
   pairs = [(q.question_id, s) for q in order for s in q.snippets]
-  pairs = pairs[:_check_count("num_documents", num_documents, len(pairs))]
+  pairs = pairs[:check_count("num_documents", num_documents, len(pairs))]
 
   def queries(qs: list[_Question]) -> list[SearchQAQuery]:
     return [SearchQAQuery(text=q.text, answers=list(q.answers), question_id=q.question_id)
