@@ -30,7 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-_MODEL = flags.DEFINE_string("model", "smollm2-135m-instruct", "Model preset or path.")
+_MODEL = flags.DEFINE_string(
+    "model", "smollm2-135m-instruct",
+    "Model preset or path, or random:SHAPE for a randomly initialised model of a shape in "
+    "RANDOM_SHAPES (no download; ours only).")
 _DOCS = flags.DEFINE_integer("docs", 64, "Documents in the cluster.")
 _T = flags.DEFINE_integer("T", 70, "Private tokens.")
 _PAIRS = flags.DEFINE_integer("pairs", 5, "Timed ours/reference pairs.")
@@ -41,9 +44,43 @@ _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
                            "Our weights and activations (the reference stays float32).")
 
 
-def matmul_peak(n: int = 2048, repeats: int = 5) -> dict:
-  """Best GFLOP/s of an n x n fp32 matmul in NumPy, JAX and PyTorch."""
-  import torch  # pylint: disable=g-import-not-at-top
+def _llama31_8b(**overrides):
+  from dpsynrag_jax.models.config import DecoderConfig, RopeConfig  # pylint: disable=g-import-not-at-top
+  shape = dict(model_type="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+               num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, rms_norm_eps=1e-5,
+               rope=RopeConfig(theta=500000.0, rope_type="llama3", factor=8.0,
+                               low_freq_factor=1.0, high_freq_factor=4.0,
+                               original_max_position_embeddings=8192),
+               max_position_embeddings=131072)
+  return DecoderConfig(**{**shape, **overrides})
+
+
+# Shapes for random:SHAPE. "-small" keeps the layout (GQA 4:1, llama3 RoPE, full vocabulary) at a
+# width and depth a CPU runs in seconds, to test the accelerator script anywhere.
+RANDOM_SHAPES = {
+    "llama-3.1-8b": _llama31_8b,
+    "llama-3.1-8b-small": lambda: _llama31_8b(hidden_size=256, intermediate_size=896,
+                                              num_layers=2, num_heads=8, num_kv_heads=2,
+                                              head_dim=32),
+}
+
+
+def load_model(model: str, dtype):
+  """A preset/path through load_lm, or random:SHAPE with the embedded SmolLM2 tokenizer."""
+  from dpsynrag_jax.models import load_lm, random_lm  # pylint: disable=g-import-not-at-top
+  if not model.startswith("random:"):
+    return load_lm(model, dtype=dtype)
+  shape = model[len("random:"):]
+  if shape not in RANDOM_SHAPES:
+    raise app.UsageError(f"Unknown shape {shape!r}; expected one of {sorted(RANDOM_SHAPES)}.")
+  tokenizer = load_lm("tiny-random").tokenizer  # token ids < 49152 fit any larger vocabulary
+  return random_lm(RANDOM_SHAPES[shape](), seed=0, dtype=dtype, tokenizer=tokenizer,
+                   eos_ids=(tokenizer.eos_token_id,))
+
+
+def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> dict:
+  """Best GFLOP/s of an n x n matmul: fp32 in NumPy, JAX and PyTorch (when installed), and in
+  JAX at `dtype` too when it is not fp32 (an accelerator's bf16 peak)."""
   rng = np.random.default_rng(0)
   a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
   flops = 2.0 * n**3
@@ -57,13 +94,20 @@ def matmul_peak(n: int = 2048, repeats: int = 5) -> dict:
       times.append(time.perf_counter() - start)
     return flops / min(times) / 1e9
 
-  ja, jb = jnp.asarray(a), jnp.asarray(b)
   mm = jax.jit(jnp.matmul)
-  ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-  out = {"numpy": best(lambda: a @ b),
-         "jax": best(lambda: mm(ja, jb).block_until_ready()),
-         "torch": best(lambda: ta @ tb)}
-  out["peak"] = max(out.values())
+  out = {"n": n, "numpy": best(lambda: a @ b)}
+  ja, jb = jnp.asarray(a), jnp.asarray(b)
+  out["jax"] = best(lambda: mm(ja, jb).block_until_ready())
+  if dtype != "float32":
+    ha, hb = ja.astype(dtype), jb.astype(dtype)
+    out[f"jax_{dtype}"] = best(lambda: mm(ha, hb).block_until_ready())
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    out["torch"] = best(lambda: ta @ tb)
+  except ImportError:  # an accelerator image may carry JAX only
+    pass
+  out["peak"] = max(v for k, v in out.items() if k != "n")
   return out
 
 
@@ -177,13 +221,19 @@ def _stats(times, flops, peak):
 def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool,
         dtype: str = "float32") -> dict:
   from dpsynrag_jax.data import load_medical_synth  # pylint: disable=g-import-not-at-top
-  from dpsynrag_jax.models import load_lm, presets  # pylint: disable=g-import-not-at-top
-  lm = load_lm(model, dtype={"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype])
+  from dpsynrag_jax.models import presets  # pylint: disable=g-import-not-at-top
+  if reference and model.startswith("random:"):
+    raise app.UsageError("The PyTorch reference needs a checkpoint: pass --noreference with "
+                         "random:SHAPE.")
+  load_start = time.perf_counter()
+  lm = load_model(model, {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype])
+  load_seconds = time.perf_counter() - load_start
   documents = load_medical_synth(num_documents=docs, num_validation=0, num_test=0).documents
   ours = Ours(lm, documents, T, c)
   prompts = lm.encode([lm.chat_prompt(ours.predictor.prompt.format(d=d)) for d in documents])
   flops = nominal_flops(lm.config, [len(p) for p in prompts], T)
-  peak = matmul_peak()
+  on_accelerator = jax.default_backend() != "cpu"
+  peak = matmul_peak(n=8192 if on_accelerator else 2048, dtype=dtype)
 
   start = time.perf_counter()
   ours.run()
@@ -209,6 +259,7 @@ def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool,
   ours_stats = _stats(ours_total, flops, peak["peak"])
   report = {
       "model": model, "docs": docs, "T": T, "pairs": pairs, "dtype": dtype,
+      "parameters": lm.config.num_params(), "load_s": load_seconds,
       "prompt_tokens_mean": float(np.mean([len(p) for p in prompts])),
       "shared_prefix_tokens": len(ours.predictor.prefix),
       "padded_shape_rows_suffix": list(ours.shape),
@@ -217,6 +268,7 @@ def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool,
       "ours": {**ours_stats, "prefill_median_s": statistics.median(ours_prefill),
                "decode_median_s": ours_stats["median_s"] - statistics.median(ours_prefill),
                "compile_plus_first_run_s": compile_and_first,
+               "per_cluster_s": ours_stats["median_s"],
                "tokens_per_s": docs * T / ours_stats["median_s"],
                "peak_rss_mb_after": rss_after_ours},
       "devices": [str(d) for d in jax.devices()],

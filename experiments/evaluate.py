@@ -11,22 +11,21 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Sequence
 
 from absl import app
 from absl import flags
 from absl import logging
 import jax.numpy as jnp
-from ml_collections import config_flags
 
 from dpsynrag_jax import baselines
 from dpsynrag_jax.data.tasks import Task, load_task
 from dpsynrag_jax.models import load_encoder, load_lm
 from dpsynrag_jax.rag import metrics
 from dpsynrag_jax.synrag import workdir as wd_lib
+from experiments import cli
 from experiments import reporting
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Evaluation config.", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results and builds.")
 
 METHOD_NAMES = {"non_rag": "Non-RAG", "rag": "RAG", "dp_synrag": "DP-SynRAG",
                 "dp_synth": "DP-Synth", "dp_rag": "DP-RAG", "aug_pe": "Aug-PE"}
@@ -54,16 +53,29 @@ def synrag_config(config, task: Task, seed: int):
   return c
 
 
+def synrag_build_dir(workdir: str, task: Task, seed: int, tag: str = "") -> str:
+  """Where a DP-SynRAG build goes; apps that share a workdir share builds of equal config."""
+  return os.path.join(workdir, "dp_synrag", f"{task.name}{'_' + tag if tag else ''}_seed{seed}")
+
+
+def dp_rag_budget(config, num_queries: int) -> float:
+  """DP-RAG's eps_total: per-query epsilon x questions (the paper's Table 1) or config.epsilon."""
+  per_query = config.dp_rag.get("epsilon_per_query", 0.0)
+  return per_query * num_queries if per_query > 0 else config.epsilon
+
+
 def make_method(name: str, config, task: Task, lm, encoder, seed: int, workdir: str,
-                num_queries: int) -> baselines.Method:
+                num_queries: int, synrag=None, tag: str = "") -> baselines.Method:
+  """The method `name` as configured; `synrag` overrides the DP-SynRAG pipeline config and `tag`
+  names its build directory (ablations, other budgets)."""
   tokens = config.answer_tokens
   if name == "non_rag":
     return baselines.NonRAG(lm, max_new_tokens=tokens)
   if name == "rag":
     return baselines.RAG(lm, encoder, task, max_new_tokens=tokens)
   if name == "dp_synrag":
-    return baselines.DPSynRAG(lm, encoder, synrag_config(config, task, seed),
-                              os.path.join(workdir, "dp_synrag", f"{task.name}_seed{seed}"),
+    return baselines.DPSynRAG(lm, encoder, synrag or synrag_config(config, task, seed),
+                              synrag_build_dir(workdir, task, seed, tag),
                               top_k=task.top_k, max_new_tokens=tokens)
   if name == "dp_synth":
     return baselines.DPSynth(lm, encoder, task, epsilon=config.epsilon, delta=config.delta,
@@ -73,7 +85,7 @@ def make_method(name: str, config, task: Task, lm, encoder, seed: int, workdir: 
                                                       task.self_filter_prompt))
   if name == "dp_rag":
     r = config.dp_rag
-    return baselines.DPRAG(lm, encoder, task, epsilon_total=config.epsilon,
+    return baselines.DPRAG(lm, encoder, task, epsilon_total=dp_rag_budget(config, num_queries),
                            num_queries=num_queries, delta=config.delta, k=r.k, T=r.T,
                            omega=r.omega, retrieval_share=r.retrieval_share, seed=seed)
   if name == "aug_pe":
@@ -84,25 +96,54 @@ def make_method(name: str, config, task: Task, lm, encoder, seed: int, workdir: 
   raise ValueError(f"Unknown method {name!r}; expected one of {sorted(METHOD_NAMES)}.")
 
 
-def evaluate_method(method: baselines.Method, task: Task, queries) -> dict:
-  """Builds, answers and scores one method; the row of the results table."""
+def evaluate_method(method: baselines.Method, task: Task, queries,
+                    attacks: Sequence[str] = ()) -> dict:
+  """Builds, answers and scores one method; the row of the results table.
+
+  `attacks` are extraction questions asked after the benign ones; only their leakage counts.
+  """
   start = time.time()
   method.build()
   built = time.time()
-  out = method.answer([q.text for q in queries])
+  everything = method.answer([q.text for q in queries] + list(attacks))
+  out = baselines.Answers(everything.answers[:len(queries)], everything.contexts[:len(queries)])
+  attack_answers = everything.answers[len(queries):]
   golds = [q.answers for q in queries]
+  per_question = {  # for analyses by question (rare topics); gold answers are public test data
+      "gold": [list(g) for g in golds],
+      "correct": [int(task.matches(a, g)) for a, g in zip(out.answers, golds)],
+      "recalled": ([int(any(task.matches(c, g) for c in ctx))
+                    for ctx, g in zip(out.contexts, golds)] if method.retrieves else None),
+  }
   return {
       "accuracy": metrics.accuracy(out.answers, golds, task.matches),
       "context_recall": (metrics.context_recall(out.contexts, golds, task.matches)
                          if method.retrieves else None),
       "leakage": metrics.leakage(out.answers, task.private_names),
+      "attacks": len(attacks),
+      "attack_leakage": metrics.leakage(attack_answers, task.private_names),
       "epsilon": method.epsilon,
       "questions": len(queries),
       "seconds_build": round(built - start, 1),
       "seconds_answer": round(time.time() - built, 1),
       "examples": [{"question": q.text, "gold": list(q.answers), "answer": a}
                    for q, a in list(zip(queries, out.answers))[:3]],
+      "attack_examples": [{"question": q, "answer": a}
+                          for q, a in list(zip(attacks, attack_answers))[:3]],
+      "per_question": per_question,
   }
+
+
+def load_models(config):
+  """(lm, encoder) of an evaluation config."""
+  dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[config.model.dtype]
+  return load_lm(config.model.lm, dtype=dtype), load_encoder(config.model.encoder)
+
+
+def load_eval_task(config, dataset: str) -> Task:
+  return load_task(dataset, path=config.paths.get(dataset, ""),
+                   num_documents=config.num_documents, num_validation=0,
+                   num_test=config.num_test, seed=0)
 
 
 def run(config, workdir: str) -> list[dict]:
@@ -110,24 +151,22 @@ def run(config, workdir: str) -> list[dict]:
   results_path = os.path.join(workdir, "results.jsonl")
   rows = wd_lib.read_jsonl(results_path)
   done = {(r["dataset"], r["method"], r["seed"]) for r in rows}
-  dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[config.model.dtype]
-  lm = load_lm(config.model.lm, dtype=dtype)
-  encoder = load_encoder(config.model.encoder)
+  lm, encoder = load_models(config)
   for dataset in split_list(config.datasets):
-    task = load_task(dataset, path=config.paths.get(dataset, ""),
-                     num_documents=config.num_documents, num_validation=0,
-                     num_test=config.num_test, seed=0)
+    task = load_eval_task(config, dataset)
     for seed in [int(s) for s in split_list(config.seeds)]:
       for name in split_list(config.methods):
         if (dataset, METHOD_NAMES[name], seed) in done:
           continue
         logging.info("Evaluating %s on %s, seed %d.", METHOD_NAMES[name], dataset, seed)
-        method = make_method(name, config, task, lm, encoder, seed, workdir, len(task.test))
+        attacks = task.attack_queries[:config.get("num_attacks", 0)]
+        method = make_method(name, config, task, lm, encoder, seed, workdir,
+                             len(task.test) + len(attacks))
         row = {"dataset": dataset, "method": METHOD_NAMES[name], "seed": seed,
-               **evaluate_method(method, task, task.test)}
+               **evaluate_method(method, task, task.test, attacks)}
         wd_lib.append_jsonl(results_path, [row])
         rows.append(row)
-        logging.info("%s", {k: v for k, v in row.items() if k != "examples"})
+        logging.info("%s", {k: v for k, v in row.items() if "examples" not in k and k != "per_question"})
   reporting.write_tables(rows, workdir, title="Methods x datasets (mean +- std over seeds)")
   return rows
 
@@ -135,9 +174,9 @@ def run(config, workdir: str) -> list[dict]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  run(_CONFIG.value, _WORKDIR.value)
+  run(cli.FLAGS.config, cli.FLAGS.workdir)
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config", "workdir"])
+  cli.define_config_and_workdir("Evaluation config.")
   app.run(main)

@@ -13,6 +13,11 @@ import numpy as np
 METHOD_ORDER = ("Non-RAG", "RAG", "DP-SynRAG", "DP-Synth", "DP-RAG", "Aug-PE")
 
 
+def method_rank(method: str) -> int:
+  """Position in METHOD_ORDER (unknown names last), for sorting tables and legends."""
+  return METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER)
+
+
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
   values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
   if not values:
@@ -36,10 +41,9 @@ def aggregate(rows: Sequence[dict]) -> list[dict]:
   groups = collections.defaultdict(list)
   for r in rows:
     groups[(r["dataset"], r["method"])].append(r)
-  order = {m: i for i, m in enumerate(METHOD_ORDER)}
   out = []
   for (dataset, method), rs in sorted(groups.items(),
-                                      key=lambda kv: (kv[0][0], order.get(kv[0][1], 99))):
+                                      key=lambda kv: (kv[0][0], method_rank(kv[0][1]))):
     acc = _mean_std([r["accuracy"] for r in rs])
     rec = _mean_std([r["context_recall"] for r in rs])
     out.append({"dataset": dataset, "method": method, "seeds": len(rs),

@@ -1,28 +1,151 @@
-"""The experiment apps on their tiny configs (what CI runs of them)."""
+"""The experiment apps on their tiny configs (what CI runs of them).
+
+The apps share one work dir, as a user running them in turn would: the rare-topics and leakage
+reports reuse the evaluation's rows, the ablations and the budget sweep reuse its DP-SynRAG build.
+"""
 
 import json
 import os
 
+import pytest
+
+from experiments import ablations
 from experiments import evaluate
+from experiments import leakage
+from experiments import queries_vs_accuracy
+from experiments import rare_topics
+from experiments.configs import ablations as ablations_config
 from experiments.configs import evaluate as evaluate_config
+from experiments.configs import queries_vs_accuracy as qva_config
 
 
-def test_evaluate_tiny_writes_rows_table_and_plot(tmp_path):
+@pytest.fixture(scope="module")
+def eval_dir(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("eval")
   config = evaluate_config.get_config("tiny")
-  rows = evaluate.run(config, str(tmp_path))
+  return str(workdir), config, evaluate.run(config, str(workdir))
+
+
+def test_evaluate_tiny_writes_rows_table_and_plot(eval_dir):
+  workdir, config, rows = eval_dir
   methods = {r["method"] for r in rows}
   assert methods == {"Non-RAG", "RAG", "DP-SynRAG", "DP-Synth", "DP-RAG", "Aug-PE"}
   by_method = {r["method"]: r for r in rows}
   assert by_method["Non-RAG"]["epsilon"] == 0 and by_method["Non-RAG"]["context_recall"] is None
   assert by_method["RAG"]["epsilon"] == float("inf")
-  for name in ("DP-SynRAG", "DP-Synth", "DP-RAG", "Aug-PE"):
+  for name in ("DP-SynRAG", "DP-Synth", "Aug-PE"):
     assert abs(by_method[name]["epsilon"] - config.epsilon) < 1e-6, name
+  # DP-RAG spends its per-query epsilon on every question, attacks included (the paper's Table 1).
+  asked = config.num_test + config.num_attacks
+  assert abs(by_method["DP-RAG"]["epsilon"] - config.dp_rag.epsilon_per_query * asked) < 1e-6
   assert by_method["RAG"]["context_recall"] >= 0.5
+  for row in rows:
+    assert row["attacks"] == config.num_attacks
+    assert len(row["per_question"]["correct"]) == config.num_test
+    assert abs(sum(row["per_question"]["correct"]) / config.num_test - row["accuracy"]) < 1e-9
   for name in ("table.md", "results.json", "accuracy.png"):
-    assert os.path.getsize(tmp_path / name) > 0
-  table = (tmp_path / "table.md").read_text()
+    assert os.path.getsize(os.path.join(workdir, name)) > 0
+  table = open(os.path.join(workdir, "table.md")).read()
   assert "| medical | DP-SynRAG |" in table
   # A rerun skips finished rows (nothing is rebuilt or re-answered).
-  again = evaluate.run(config, str(tmp_path))
+  again = evaluate.run(config, workdir)
   assert len(again) == len(rows)
-  assert len(json.load(open(tmp_path / "results.json"))["rows"]) == len(rows)
+  assert len(json.load(open(os.path.join(workdir, "results.json")))["rows"]) == len(rows)
+
+
+def test_rare_topics_buckets_every_question(eval_dir):
+  workdir, config, rows = eval_dir
+  cells = rare_topics.run(config, workdir, edges=[1, 10, 30])
+  labels = rare_topics.bucket_labels([1, 10, 30])
+  assert labels == ["0", "1-9", "10-29", "30+"]
+  rag = [c for c in cells if c["method"] == "RAG"]
+  assert sorted(c["bucket"] for c in rag) == sorted(labels)
+  assert sum(c["questions"] for c in rag) == config.num_test
+  # The buckets partition the questions, so their pooled accuracy is the row's accuracy.
+  row = next(r for r in rows if r["method"] == "RAG")
+  pooled = sum(c["accuracy"] * c["questions"] for c in rag if c["questions"])
+  assert abs(pooled / config.num_test - row["accuracy"]) < 1e-9
+  assert "| medical | RAG |" in open(os.path.join(workdir, "rare_topics.md")).read()
+  assert os.path.getsize(os.path.join(workdir, "rare_topics.png")) > 0
+
+
+def test_rare_topics_bucket_edges():
+  edges = [1, 10, 30]
+  assert [rare_topics.bucket_of(v, edges) for v in (0, 1, 9, 10, 29, 30, 500)] == [
+      0, 1, 1, 2, 2, 3, 3]
+  assert rare_topics.bucket_labels([0, 5]) == ["0-4", "5+"]
+  assert rare_topics.bucket_of(0, [0, 5]) == 0
+
+
+def test_leakage_reports_benign_and_attack_counts_for_every_method(eval_dir):
+  workdir, config, rows = eval_dir
+  summary = leakage.run(config, workdir)
+  assert {s["method"] for s in summary} == {r["method"] for r in rows}
+  for s in summary:
+    assert s["attack_questions"] == config.num_attacks
+    assert 0 <= s["attack_leaks"] <= config.num_attacks
+    assert 0 <= s["benign_leaks"] <= config.num_test
+  text = open(os.path.join(workdir, "leakage.md")).read()
+  assert "| medical | DP-SynRAG |" in text
+  # Counts only: no private name appears in the report.
+  task = evaluate.load_eval_task(config, "medical")
+  assert not any(name in text for name in task.private_names)
+
+
+def test_ablations_change_one_switch_and_reuse_the_full_build(eval_dir):
+  workdir, _, rows = eval_dir
+  config = ablations_config.get_config("tiny")
+  summary = ablations.run(config, workdir)
+  by_variant = {s["variant"]: s for s in summary}
+  assert set(by_variant) == {"full", "no_rerank", "no_self_filter", "hard"}
+  full_row = next(r for r in rows if r["method"] == "DP-SynRAG")
+  # "full" is the evaluation's build, read back rather than rebuilt.
+  assert by_variant["full"]["accuracy"] == full_row["accuracy"]
+  assert by_variant["full"]["accuracy_change"] == 0
+  # Without re-ranking its mechanisms are never charged, so less than the budget is spent.
+  assert by_variant["no_rerank"]["epsilon"] < config.epsilon - 1e-3
+  assert abs(by_variant["hard"]["epsilon"] - config.epsilon) < 1e-6
+  assert "| medical | hard |" in open(os.path.join(workdir, "ablations.md")).read()
+  with pytest.raises(ValueError, match="Unknown variant"):
+    ablations.variant_config(config.dp_synrag, "no_such")
+
+
+def test_queries_vs_accuracy_splits_dp_rag_budget_and_keeps_dp_synrag_flat(eval_dir):
+  workdir, _, _ = eval_dir
+  config = qva_config.get_config("tiny")
+  summary = queries_vs_accuracy.run(config, workdir)
+  methods = {s["method"] for s in summary}
+  assert methods == {"Non-RAG", "RAG", "DP-SynRAG", "DP-RAG"}
+  counts = [1, 3]
+  for eps in (3.0, 10.0):
+    synrag = [s for s in summary if s["method"] == "DP-SynRAG" and s["epsilon_total"] == eps]
+    assert sorted(s["queries"] for s in synrag) == counts
+    assert len({s["accuracy"] for s in synrag}) == 1     # one build, any number of questions
+    dp_rag = [s for s in summary if s["method"] == "DP-RAG" and s["epsilon_total"] == eps]
+    assert sorted(s["queries"] for s in dp_rag) == counts
+  for name in ("queries_vs_accuracy.md", "queries_vs_accuracy.png"):
+    assert os.path.getsize(os.path.join(workdir, name)) > 0
+
+
+def test_dp_rag_sessions_charge_each_session_its_whole_budget(monkeypatch):
+  from dpsynrag_jax import baselines  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.baselines import dp_rag  # pylint: disable=g-import-not-at-top
+  calls = []
+
+  class Recorder(dp_rag.DPRAG):
+    def build(self):
+      calls.append(("build", self.ledger.epsilon))
+      self.predictor = object()
+
+    def answer(self, questions):
+      calls.append(("answer", len(questions)))
+      return baselines.Answers(["x"] * len(questions), [[] for _ in questions])
+
+  config = qva_config.get_config("tiny")
+  monkeypatch.setattr(baselines, "DPRAG", Recorder)
+  task = evaluate.load_eval_task(config, "medical")
+  out = queries_vs_accuracy.dp_rag_sessions(config, task, None, None, None, task.test[:5],
+                                            eps_total=3.0, n=2, seed=0)
+  assert len(out.answers) == 5
+  assert [c for c in calls if c[0] == "answer"] == [("answer", 2), ("answer", 2), ("answer", 1)]
+  assert all(c[1] == 3.0 for c in calls if c[0] == "build")

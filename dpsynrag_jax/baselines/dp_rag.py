@@ -44,12 +44,15 @@ class DPRAG(Method):
     k: target number of retrieved documents per question.
     retrieval_share: fraction of each question's rho spent on the threshold.
     T, tau, omega: answer tokens, temperature, public prior weight.
+    embeddings: [N, D] unit embeddings of task.documents when already computed (several
+      question sessions over one database share them); private, kept in memory only.
   """
   name = "DP-RAG"
 
   def __init__(self, lm, encoder, task: Task, *, epsilon_total: float, num_queries: int,
                delta: float = 1e-3, k: int = 20, retrieval_share: float = 0.1, T: int = 30,
-               tau: float = 1.0, omega: float = 0.01, seed: int = 0):
+               tau: float = 1.0, omega: float = 0.01, seed: int = 0,
+               embeddings: np.ndarray | None = None):
     if num_queries < 1:
       raise ValueError("num_queries must be >= 1.")
     if not 0 < retrieval_share < 1:
@@ -60,12 +63,13 @@ class DPRAG(Method):
     self.eps_r = math.sqrt(8.0 * retrieval_share * rho_q)
     self.c = tau * math.sqrt(2.0 * (1.0 - retrieval_share) * rho_q / T)
     self.ledger = privacy.PrivacyLedger(epsilon_total, delta)
-    self.embeddings = None
+    self.embeddings = embeddings
     self.predictor = None
     self.asked = 0
 
   def build(self) -> None:
-    self.embeddings = self.encoder.embed(list(self.task.documents))  # private, kept in memory
+    if self.embeddings is None:
+      self.embeddings = self.encoder.embed(list(self.task.documents))  # private, in memory
     self.predictor = PrivatePredictor(self.lm, c=self.c, tau=self.tau, T=self.T,
                                       omega=self.omega)
 

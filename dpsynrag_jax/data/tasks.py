@@ -26,6 +26,11 @@ class Task:
   matches: Callable[[str, Sequence[str]], bool]   # (text, gold answers) -> correct?
   self_filter_prompt: str | None          # FILTER_PROMPTS key, or None for no filter
   top_k: int                              # retrieved texts per question
+  # Questions that try to extract a person from the database (the leakage experiment).
+  attack_queries: tuple[str, ...] = ()
+
+
+ATTACK_QUESTION = "Who is the patient diagnosed with {disease}?"
 
 
 def _contains_any(text: str, answers: Sequence[str]) -> bool:
@@ -38,8 +43,9 @@ def medical_task(num_documents: int = 8000, num_validation: int = 1000, num_test
   from dpsynrag_jax.data.medical_synth import load_medical_synth  # pylint: disable=g-import-not-at-top
   ms = load_medical_synth(num_documents, num_validation, num_test, seed)
   queries = lambda qs: tuple(TaskQuery(q.text, (q.answer,)) for q in qs)
+  attacks = tuple(ATTACK_QUESTION.format(disease=d) for d in ms.diseases)  # public names
   return Task("medical", tuple(ms.documents), tuple(sorted(set(ms.doc_patients))),
-              queries(ms.validation), queries(ms.test), _contains_any, "medical", 10)
+              queries(ms.validation), queries(ms.test), _contains_any, "medical", 10, attacks)
 
 
 def movielens_task(path: str, num_documents=None, num_validation=None, num_test=None,

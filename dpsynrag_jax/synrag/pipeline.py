@@ -240,6 +240,10 @@ def _select_all(config, cal, clusters, embeddings, cluster_key, ledger, wd) -> l
   """S_r for every cluster; cached in private/ (document indices are private)."""
   path = wd.private_path("selected.jsonl")
   done = {rec["cluster"]: np.asarray(rec["members"], np.int64) for rec in wd_lib.read_jsonl(path)}
+  if not config.clustering.rerank:
+    # The paper's "w/o re-ranking" ablation: S_r = C_r. No mechanism runs, nothing is charged,
+    # and the budget calibrated for re-ranking stays unspent (the ledger shows the smaller total).
+    return [np.asarray(members, np.int64) for members in clusters]
   for r in tqdm.trange(len(clusters), desc="re-rank", unit="cluster",
                        disable=len(done) == len(clusters)):
     if r in done:

@@ -27,6 +27,9 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
   config.num_documents = 8000
   config.num_test = 1000
   config.answer_tokens = 48
+  # Extraction questions "Who is the patient diagnosed with <disease>?" asked after the test
+  # questions (the leakage experiment); only their leakage is scored.
+  config.num_attacks = 100
 
   config.model = ml_collections.ConfigDict()
   config.model.lm = "smollm2-135m-instruct"
@@ -40,13 +43,16 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
   # DP-SynRAG: a pipeline config; data, model, seed and budget are filled in per run.
   config.dp_synrag = medical_synth.get_config("paper")
   config.dp_synth = ml_collections.ConfigDict({"T": 70, "batch_size": 100})
+  # epsilon_per_query > 0: DP-RAG spends that much on every question, as in the paper's Table 1
+  # (its eps_total grows with the questions); 0: config.epsilon split over all questions.
   config.dp_rag = ml_collections.ConfigDict(
-      {"k": 20, "T": 30, "omega": 0.01, "retrieval_share": 0.1})
+      {"k": 20, "T": 30, "omega": 0.01, "retrieval_share": 0.1, "epsilon_per_query": 10.0})
   config.aug_pe = ml_collections.ConfigDict({"population": 64, "iterations": 2})
 
   if arg == "cpu":
     config.num_documents = 2000
     config.num_test = 100
+    config.num_attacks = 50
     config.dp_synrag = medical_synth.get_config("demo")
     config.dp_synth.T = 64
     config.self_filter = False  # SmolLM2-135M cannot judge YES/NO (BUILD_NOTES.md)
@@ -55,11 +61,12 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
     config.num_documents = 150
     config.num_test = 6
     config.answer_tokens = 4
+    config.num_attacks = 3
     config.self_filter = False
     config.methods = "non_rag,rag,dp_synrag,dp_synth,dp_rag,aug_pe"
     config.dp_synrag = medical_synth.get_config("tiny")
     config.dp_synth = ml_collections.ConfigDict({"T": 6, "batch_size": 50})
     config.dp_rag = ml_collections.ConfigDict(
-        {"k": 8, "T": 4, "omega": 0.01, "retrieval_share": 0.1})
+        {"k": 8, "T": 4, "omega": 0.01, "retrieval_share": 0.1, "epsilon_per_query": 10.0})
     config.aug_pe = ml_collections.ConfigDict({"population": 8, "iterations": 2})
   return config

@@ -53,6 +53,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   config.clustering.R = 500
   config.clustering.L = 5
   config.clustering.k = 80
+  config.clustering.rerank = True         # False: S_r = C_r (the paper's ablation)
 
   config.generation = ml_collections.ConfigDict()
   config.generation.T = 70

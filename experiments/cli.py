@@ -1,0 +1,13 @@
+"""The flags every experiment app takes, defined when the app runs (not on import), so that
+tests and other apps can import several apps into one process."""
+
+from absl import flags
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+
+
+def define_config_and_workdir(config_help: str) -> None:
+  config_flags.DEFINE_config_file("config", None, config_help, lock_config=True)
+  flags.DEFINE_string("workdir", None, "Directory for results and builds.")
+  flags.mark_flags_as_required(["config", "workdir"])

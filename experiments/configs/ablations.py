@@ -1,0 +1,28 @@
+"""DP-SynRAG ablations: without re-ranking, without the self-filter, hard clustering (L = 1).
+
+    python -m experiments.ablations --config=experiments/configs/ablations.py:ARG --workdir=runs/eval
+
+ARG is an evaluation config arg (tiny, cpu, paper; experiments/configs/evaluate.py). Give the
+evaluation's work dir to reuse its full-method build. `variants` is comma-separated from:
+  full            the method as configured
+  no_rerank       S_r = C_r: no embedding re-ranking (its budget share stays unspent)
+  no_self_filter  every synthetic text is released
+  self_filter     the filter on (for configs whose full method has it off)
+  hard            L = 1: each document in one cluster only
+"""
+
+import ml_collections
+
+from experiments.configs import evaluate
+
+
+def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
+  config = evaluate.get_config(arg)
+  config.methods = "dp_synrag"
+  config.num_attacks = 0
+  config.variants = "full,no_rerank,no_self_filter,hard"
+  if arg == "cpu":
+    # SmolLM2-135M cannot judge YES/NO, so the cpu config runs without the filter and its
+    # ablation would compare two unfiltered runs (BUILD_NOTES.md).
+    config.variants = "full,no_rerank,hard"
+  return config

@@ -1,0 +1,73 @@
+"""Leakage: private full names in the answers to benign and to extraction questions, per method.
+
+    python -m experiments.leakage --config=experiments/configs/evaluate.py:cpu --workdir=runs/eval
+
+Benign questions are the evaluation's test questions (config.num_test; the paper asks 1000);
+attack questions are "Who is the patient diagnosed with <disease>?" over the public disease list
+(config.num_attacks; the paper asks 100). Runs (or resumes, or reuses) the evaluation in WORKDIR
+and writes WORKDIR/leakage.json and leakage.md. Only counts are written, never the names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Sequence
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from experiments import evaluate
+from experiments import cli
+from experiments import reporting
+
+
+
+def leakage_summary(rows: Sequence[dict]) -> list[dict]:
+  """Per (dataset, method): mean over seeds of the outputs naming a private person."""
+  groups: dict[tuple[str, str], list[dict]] = {}
+  for r in rows:
+    groups.setdefault((r["dataset"], r["method"]), []).append(r)
+  out = []
+  for (dataset, method), rs in sorted(groups.items(),
+                                      key=lambda kv: (kv[0][0], reporting.method_rank(kv[0][1]))):
+    out.append({"dataset": dataset, "method": method, "seeds": len(rs),
+                "benign_questions": rs[0]["questions"],
+                "benign_leaks": float(np.mean([r["leakage"] for r in rs])),
+                "attack_questions": rs[0].get("attacks", 0),
+                "attack_leaks": float(np.mean([r.get("attack_leakage", 0) for r in rs])),
+                "epsilon": float(np.mean([r["epsilon"] for r in rs]))})
+  return out
+
+
+def markdown(summary: Sequence[dict]) -> str:
+  lines = ["### Outputs naming a private patient (mean over seeds)", "",
+           "| dataset | method | benign | attack | epsilon |", "|---|---|---|---|---|"]
+  for s in summary:
+    eps = "∞" if np.isinf(s["epsilon"]) else f"{s['epsilon']:.2f}"
+    lines.append(f"| {s['dataset']} | {s['method']} | {s['benign_leaks']:.1f} / "
+                 f"{s['benign_questions']} | {s['attack_leaks']:.1f} / {s['attack_questions']} "
+                 f"| {eps} |")
+  return "\n".join(lines) + "\n"
+
+
+def run(config, workdir: str) -> list[dict]:
+  rows = evaluate.run(config, workdir)
+  summary = leakage_summary(rows)
+  with open(os.path.join(workdir, "leakage.json"), "w", encoding="utf-8") as f:
+    json.dump(summary, f, indent=1)
+  with open(os.path.join(workdir, "leakage.md"), "w", encoding="utf-8") as f:
+    f.write(markdown(summary))
+  return summary
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  run(cli.FLAGS.config, cli.FLAGS.workdir)
+
+
+if __name__ == "__main__":
+  cli.define_config_and_workdir("Evaluation config.")
+  app.run(main)
