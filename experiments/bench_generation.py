@@ -112,14 +112,15 @@ def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> dict
 
 
 def nominal_flops(cfg, prompt_lengths, T: int) -> float:
-  """Weight matmuls + LM head + attention (QK and PV) for every row's prompt and T tokens."""
+  """The useful work of a cluster: weight matmuls and attention (QK and PV) for every row's prompt
+  and T tokens, and the LM head for the T positions whose logits are sampled from (a prompt's
+  other positions need no logits; an implementation that computes them does extra work)."""
   d, hd = cfg.hidden_size, cfg.head_dim
   per_layer = 2 * d * hd * (2 * cfg.num_heads + 2 * cfg.num_kv_heads) + 6 * d * cfg.intermediate_size
-  per_token = cfg.num_layers * per_layer + 2 * d * cfg.vocab_size
   total = 0.0
   for p in prompt_lengths:
     tokens = p + T
-    total += tokens * per_token
+    total += tokens * cfg.num_layers * per_layer + T * 2 * d * cfg.vocab_size
     # Token at position i attends to i + 1 keys: 4 * H * hd flops per key per layer.
     total += cfg.num_layers * 4 * cfg.num_heads * hd * tokens * (tokens + 1) / 2
   return total
