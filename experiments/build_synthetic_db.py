@@ -6,23 +6,38 @@
 Killed and restarted with the same flags, it resumes from the last finished cluster.
 """
 
+import json
+import os
+
 from absl import app
-from absl import flags
-from ml_collections import config_flags
 
+from dpsynrag_jax import privacy
 from dpsynrag_jax.synrag import pipeline
+from dpsynrag_jax.synrag import workdir as wd_lib
+from experiments import cli
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the run's outputs and state.")
-flags.mark_flags_as_required(["config", "workdir"])
+
+def sweep_rows(config, workdir: str) -> list[dict]:
+  """A finished build's row for launch.sweep's tables: texts released and epsilon spent, read
+  back from the released files and the privacy ledger."""
+  del config
+  wd = wd_lib.Workdir(workdir)
+  ledger = privacy.PrivacyLedger.load(wd.path(wd_lib.LEDGER))
+  seconds = None
+  if os.path.exists(wd.private_path("summary.json")):
+    with open(wd.private_path("summary.json"), encoding="utf-8") as f:
+      seconds = round(sum(json.load(f)["seconds"].values()), 1)
+  return [{"synthetic_texts": len(wd_lib.read_jsonl(wd.path(wd_lib.SYNTHETIC_DB))),
+           "ledger_eps_closed_form": ledger.spent_epsilon("closed_form"),
+           "ledger_eps_rdp": ledger.spent_epsilon("rdp"), "seconds": seconds}]
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  pipeline.build_synthetic_db(_CONFIG.value, _WORKDIR.value)
+  pipeline.build_synthetic_db(cli.FLAGS.config, cli.FLAGS.workdir)
 
 
 if __name__ == "__main__":
+  cli.define_config_and_workdir("Experiment config file.")
   app.run(main)

@@ -19,6 +19,7 @@ from absl import logging
 import jax.numpy as jnp
 
 from dpsynrag_jax import baselines
+from dpsynrag_jax import privacy
 from dpsynrag_jax.data.tasks import Task, load_task
 from dpsynrag_jax.models import load_encoder, load_lm
 from dpsynrag_jax.rag import metrics
@@ -53,9 +54,9 @@ def synrag_config(config, task: Task, seed: int):
   return c
 
 
-def synrag_build_dir(workdir: str, task: Task, seed: int, tag: str = "") -> str:
+def synrag_build_dir(workdir: str, dataset: str, seed: int, tag: str = "") -> str:
   """Where a DP-SynRAG build goes; apps that share a workdir share builds of equal config."""
-  return os.path.join(workdir, "dp_synrag", f"{task.name}{'_' + tag if tag else ''}_seed{seed}")
+  return os.path.join(workdir, "dp_synrag", f"{dataset}{'_' + tag if tag else ''}_seed{seed}")
 
 
 def dp_rag_budget(config, num_queries: int) -> float:
@@ -75,7 +76,7 @@ def make_method(name: str, config, task: Task, lm, encoder, seed: int, workdir: 
     return baselines.RAG(lm, encoder, task, max_new_tokens=tokens)
   if name == "dp_synrag":
     return baselines.DPSynRAG(lm, encoder, synrag or synrag_config(config, task, seed),
-                              synrag_build_dir(workdir, task, seed, tag),
+                              synrag_build_dir(workdir, task.name, seed, tag),
                               top_k=task.top_k, max_new_tokens=tokens)
   if name == "dp_synth":
     return baselines.DPSynth(lm, encoder, task, epsilon=config.epsilon, delta=config.delta,
@@ -168,6 +169,22 @@ def run(config, workdir: str) -> list[dict]:
         rows.append(row)
         logging.info("%s", {k: v for k, v in row.items() if "examples" not in k and k != "per_question"})
   reporting.write_tables(rows, workdir, title="Methods x datasets (mean +- std over seeds)")
+  return rows
+
+
+def sweep_rows(config, workdir: str) -> list[dict]:
+  """A finished run's rows for launch.sweep's tables: scores, and for DP-SynRAG the epsilon
+  read back from its build's privacy ledger."""
+  del config  # the rows name their dataset and seed
+  rows = []
+  for row in wd_lib.read_jsonl(os.path.join(workdir, "results.jsonl")):
+    out = {k: v for k, v in row.items() if "examples" not in k and k != "per_question"}
+    if row["method"] == METHOD_NAMES["dp_synrag"]:
+      ledger = privacy.PrivacyLedger.load(os.path.join(
+          synrag_build_dir(workdir, row["dataset"], row["seed"]), wd_lib.LEDGER))
+      out["ledger_eps_closed_form"] = ledger.spent_epsilon("closed_form")
+      out["ledger_eps_rdp"] = ledger.spent_epsilon("rdp")
+    rows.append(out)
   return rows
 
 

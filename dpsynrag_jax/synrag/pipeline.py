@@ -32,6 +32,7 @@ import ml_collections
 import numpy as np
 import tqdm
 
+from dpsynrag_jax import distributed
 from dpsynrag_jax import privacy
 from dpsynrag_jax.models import load_encoder, load_lm
 from dpsynrag_jax.rag import index as rag_index
@@ -143,17 +144,29 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
 
   lm / encoder: already loaded models to use instead of config.model's (an evaluation that
   answers with the same models loads them once).
+
+  Several processes (dpsynrag_jax.distributed; all see `workdir` on a shared file system):
+  process 0 runs every mechanism up to the re-ranking and charges every cluster's tokens; then
+  each process decodes the clusters r with r % processes == its index into its own state file;
+  process 0 merges them and releases. Draws are keyed by cluster, so the release is the
+  single-process one, byte for byte. Other processes return {"process": i, "clusters": n}.
   """
+  distributed.maybe_initialize()
+  proc, procs = distributed.process_index(), distributed.process_count()
+  lead = proc == 0
+  if procs > 1 and config.runtime.overwrite:
+    raise ValueError("runtime.overwrite is refused with several processes (they would race "
+                     "on clearing the work dir); delete the work dir instead.")
   wd = wd_lib.Workdir(workdir)
-  resuming = wd.prepare(config.to_dict(), config.runtime.overwrite)
-  if resuming:
+  if lead and wd.prepare(config.to_dict(), config.runtime.overwrite):
     logging.info("Resuming the interrupted run in %s.", workdir)
+  distributed.barrier("prepared")
   timer = _Timer()
   seed_key = jax.random.PRNGKey(config.seed)
   cal = calibration_of(config)
   logging.info("Calibration: sigma_h=%.4g sigma_mu=%.4g eps_theta=%.3g c/tau=%.5g (%s).",
                cal.sigma_h, cal.sigma_mu, cal.eps_theta, cal.c_over_tau, cal.accountant)
-  ledger = privacy.ResumableLedger(wd.private_path("ledger.json"), cal)
+  ledger = privacy.ResumableLedger(wd.private_path("ledger.json"), cal) if lead else None
 
   with timer.phase("load"):
     lm = lm or load_lm(config.model.lm, dtype=_dtype(config.model.dtype))
@@ -163,6 +176,63 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
                               config.data.too_long)
     vocab = english_vocabulary(config.keywords.vocabulary_size)
 
+  cluster_key = lambda r: jax.random.fold_in(jax.random.fold_in(seed_key, _CLUSTER_STREAM), r)
+  predictor = PrivatePredictor(
+      lm, c=cal.c, tau=cal.tau, T=cal.T, method=config.generation.clip,
+      alpha=config.generation.alpha, omega=config.generation.omega,
+      devices=_devices(config.runtime.devices))
+  if lead:
+    top_words, selected = _private_phases(config, cal, documents, vocab, lm, encoder, seed_key,
+                                          cluster_key, ledger, wd, timer)
+    if procs > 1:
+      _charge_all_tokens(cal, predictor, documents, selected, ledger, wd)
+  distributed.barrier("selected")
+  if not lead:
+    selected = _read_selected(wd)
+
+  with timer.phase("decode"):
+    mine = [r for r in range(len(selected)) if r % procs == proc]
+    generated = _decode_all(config, cal, predictor, documents, selected, mine, cluster_key,
+                            ledger if procs == 1 else None, wd, _generated_file(proc))
+  distributed.barrier("decoded")
+  if not lead:
+    return {"process": proc, "clusters": len(mine)}
+  for other in range(1, procs):
+    generated.update(_read_generated(wd, _generated_file(other)))
+  missing = sorted(set(range(len(selected))) - set(generated))
+  if missing:
+    raise RuntimeError(f"{len(missing)} clusters were not decoded by any process.")
+
+  with timer.phase("filter"):
+    texts = [predictor.text(generated[r]) for r in range(len(selected))]
+    prompt = self_filter.FILTER_PROMPTS.get(config.self_filter.prompt,
+                                            config.self_filter.prompt)
+    keep = (self_filter.self_filter(lm, texts, prompt) if config.self_filter.enabled
+            else np.ones(len(texts), bool))
+    keep &= np.array([bool(t) for t in texts], bool)
+
+  with timer.phase("release"):
+    records = [{"text": t, "keyword": vocab.word(int(w))}
+               for t, w, k in zip(texts, top_words, keep) if k]
+    _release(wd, records, encoder, ledger)
+
+  summary = {
+      "synthetic_texts": len(records),
+      "clusters": len(selected),
+      "processes": procs,
+      **ledger.ledger.summary(),
+      "seconds": {k: round(v, 1) for k, v in timer.seconds.items()},
+  }
+  wd_lib.atomic_write_json(wd.private_path("summary.json"), summary)
+  logging.info("Released %d synthetic texts; spent epsilon=%.4f (closed form), %.4f (RDP) at "
+               "delta=%g.", len(records), summary["eps_closed_form"],
+               summary["eps_dp_accounting_rdp"], summary["delta"])
+  return summary
+
+
+def _private_phases(config, cal, documents, vocab, lm, encoder, seed_key, cluster_key, ledger,
+                    wd, timer) -> tuple[np.ndarray, list[np.ndarray]]:
+  """Keywords, histogram, clusters, embeddings and re-ranking: (top words, S_r per cluster)."""
   with timer.phase("keywords"):
     def extract():
       if config.keywords.method == "lexical":
@@ -191,41 +261,9 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
     embeddings = _cached_npy(wd.private_path("embeddings.npy"),
                              lambda: encoder.embed(documents))
 
-  cluster_key = lambda r: jax.random.fold_in(jax.random.fold_in(seed_key, _CLUSTER_STREAM), r)
   with timer.phase("rerank"):
     selected = _select_all(config, cal, clusters, embeddings, cluster_key, ledger, wd)
-
-  with timer.phase("decode"):
-    predictor = PrivatePredictor(
-        lm, c=cal.c, tau=cal.tau, T=cal.T, method=config.generation.clip,
-        alpha=config.generation.alpha, omega=config.generation.omega,
-        devices=_devices(config.runtime.devices))
-    generated = _decode_all(config, cal, predictor, documents, selected, cluster_key, ledger, wd)
-
-  with timer.phase("filter"):
-    texts = [predictor.text(generated[r]) for r in range(len(selected))]
-    prompt = self_filter.FILTER_PROMPTS.get(config.self_filter.prompt,
-                                            config.self_filter.prompt)
-    keep = (self_filter.self_filter(lm, texts, prompt) if config.self_filter.enabled
-            else np.ones(len(texts), bool))
-    keep &= np.array([bool(t) for t in texts], bool)
-
-  with timer.phase("release"):
-    records = [{"text": t, "keyword": vocab.word(int(w))}
-               for t, w, k in zip(texts, top_words, keep) if k]
-    _release(wd, records, encoder, ledger)
-
-  summary = {
-      "synthetic_texts": len(records),
-      "clusters": len(selected),
-      **ledger.ledger.summary(),
-      "seconds": {k: round(v, 1) for k, v in timer.seconds.items()},
-  }
-  wd_lib.atomic_write_json(wd.private_path("summary.json"), summary)
-  logging.info("Released %d synthetic texts; spent epsilon=%.4f (closed form), %.4f (RDP) at "
-               "delta=%g.", len(records), summary["eps_closed_form"],
-               summary["eps_dp_accounting_rdp"], summary["delta"])
-  return summary
+  return top_words, selected
 
 
 def _devices(count: int):
@@ -243,6 +281,9 @@ def _select_all(config, cal, clusters, embeddings, cluster_key, ledger, wd) -> l
   if not config.clustering.rerank:
     # The paper's "w/o re-ranking" ablation: S_r = C_r. No mechanism runs, nothing is charged,
     # and the budget calibrated for re-ranking stays unspent (the ledger shows the smaller total).
+    if not done:
+      wd_lib.append_jsonl(path, [{"cluster": r, "members": np.asarray(m).tolist()}
+                                 for r, m in enumerate(clusters)])
     return [np.asarray(members, np.int64) for members in clusters]
   for r in tqdm.trange(len(clusters), desc="re-rank", unit="cluster",
                        disable=len(done) == len(clusters)):
@@ -257,32 +298,69 @@ def _select_all(config, cal, clusters, embeddings, cluster_key, ledger, wd) -> l
   return [done[r] for r in range(len(clusters))]
 
 
-def _decode_all(config, cal, predictor, documents, selected, cluster_key, ledger,
-                wd) -> list[list[int]]:
-  """Token ids of every cluster's synthetic text, by groups of equal shape over the devices."""
-  path = wd.private_path("generated.jsonl")
-  done = {rec["cluster"]: rec["tokens"] for rec in wd_lib.read_jsonl(path)}
-  todo = [r for r in range(len(selected)) if r not in done]
+def _read_selected(wd: wd_lib.Workdir) -> list[np.ndarray]:
+  done = {rec["cluster"]: np.asarray(rec["members"], np.int64)
+          for rec in wd_lib.read_jsonl(wd.private_path("selected.jsonl"))}
+  return [done[r] for r in range(len(done))]
+
+
+def _generated_file(process: int) -> str:
+  """Process 0 keeps the single-process name, so a resumed run reads it either way."""
+  return "generated.jsonl" if process == 0 else f"generated.p{process}.jsonl"
+
+
+def _read_generated(wd: wd_lib.Workdir, name: str) -> dict[int, list[int]]:
+  return {rec["cluster"]: rec["tokens"] for rec in wd_lib.read_jsonl(wd.private_path(name))}
+
+
+def _decode_order(predictor, documents, selected, clusters) -> list[int]:
+  """decode_many's order (by padded shape, then id): the order tokens are charged in."""
+  shape = {r: predictor.shape_of(predictor.suffixes([documents[i] for i in selected[r]]))
+           for r in clusters}
+  return sorted(clusters, key=lambda r: (shape[r], r))
+
+
+def _charge_all_tokens(cal, predictor, documents, selected, ledger, wd) -> None:
+  """Several processes: every cluster's T tokens charged and saved before any process decodes,
+  in the order one process would charge them (so the ledger file is the same)."""
+  decoded = set(_read_generated(wd, _generated_file(0)))
+  for r in _decode_order(predictor, documents, selected,
+                         [r for r in range(len(selected)) if r not in decoded]):
+    ledger.record_tokens(r, cal.T, cal.c, cal.tau)
+  ledger.save()
+
+
+def _decode_all(config, cal, predictor, documents, selected, clusters, cluster_key, ledger,
+                wd, state_file) -> dict[int, list[int]]:
+  """Token ids of the synthetic texts of `clusters`, by groups of equal shape over the devices.
+
+  ledger: charged per group before it is decoded; None when the tokens were charged up front.
+  """
+  path = wd.private_path(state_file)
+  done = {r: t for r, t in _read_generated(wd, state_file).items() if r in set(clusters)}
+  todo = [r for r in clusters if r not in done]
   suffixes = {r: predictor.suffixes([documents[i] for i in selected[r]]) for r in todo}
   stop_after = config.runtime.stop_after_clusters
+  already = len(done)
 
   def charge(group):  # before decoding: the planned T, whatever EOS does
-    for r in group:
-      ledger.record_tokens(r, cal.T, cal.c, cal.tau)
-    ledger.save()
+    if ledger is not None:
+      for r in group:
+        ledger.record_tokens(r, cal.T, cal.c, cal.tau)
+      ledger.save()
 
   def persist(outputs):
     wd_lib.append_jsonl(path, [{"cluster": r, "tokens": t} for r, t in outputs.items()])
     done.update(outputs)
-    if 0 <= stop_after <= len(done) - (len(selected) - len(todo)):
+    if 0 <= stop_after <= len(done) - already:
       raise PipelineInterrupted(
           f"Stopped after {len(done)} clusters (runtime.stop_after_clusters).")
 
-  with tqdm.tqdm(total=len(selected), initial=len(done), desc="private decode",
+  with tqdm.tqdm(total=len(clusters), initial=len(done), desc="private decode",
                  unit="cluster") as bar:
     decode_many(predictor, suffixes, lambda r: jax.random.fold_in(cluster_key(r), 1),
                 before_group=charge, after_group=persist, progress=bar)
-  return [done[r] for r in range(len(selected))]
+  return done
 
 
 def _release(wd: wd_lib.Workdir, records: list[dict], encoder,

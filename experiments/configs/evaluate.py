@@ -9,11 +9,21 @@ ARG:
   paper the paper's scale (8000 documents, 1000 test questions); for accelerators
 MovieLens and SearchQA are read from local copies: add them with
   --config.datasets=medical,movielens --config.paths.movielens=/data/ml-1m
+
+Sweeps (get_sweep; python -m launch.sweep --config=experiments/configs/evaluate.py:tiny
+--sweep=NAME --runner=local --workdir=runs/sweeps):
+  sensitivity_L   DP-SynRAG only, L in 1, 3, 5, 7, 10 (the paper's sensitivity table)
+  sensitivity_k   DP-SynRAG only, k in 40, 80, 120
+  epsilon         every method, eps in 3, 5, 10, 20
+  seeds           every method, seeds 0..4 (one run per seed)
 """
 
 import ml_collections
 
 from experiments.configs import medical_synth
+from launch import grid
+
+APP = "experiments.evaluate"   # what launch.sweep runs with this config
 
 
 def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
@@ -70,3 +80,19 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
         {"k": 8, "T": 4, "omega": 0.01, "retrieval_share": 0.1, "epsilon_per_query": 10.0})
     config.aug_pe = ml_collections.ConfigDict({"population": 8, "iterations": 2})
   return config
+
+
+def get_sweep(name: str) -> list[dict]:
+  """Override dicts, one per run (keys are dotted paths into get_config's result)."""
+  synrag_only = {"methods": ["dp_synrag"], "num_attacks": [0]}
+  sweeps = {
+      "sensitivity_L": lambda: grid.product(synrag_only,
+                                            {"dp_synrag.clustering.L": [1, 3, 5, 7, 10]}),
+      "sensitivity_k": lambda: grid.product(synrag_only,
+                                            {"dp_synrag.clustering.k": [40, 80, 120]}),
+      "epsilon": lambda: grid.product({"epsilon": [3.0, 5.0, 10.0, 20.0]}),
+      "seeds": lambda: grid.product({"seeds": ["0", "1", "2", "3", "4"]}),
+  }
+  if name not in sweeps:
+    raise ValueError(f"Unknown sweep {name!r}; expected one of {sorted(sweeps)}.")
+  return sweeps[name]()

@@ -11,9 +11,19 @@ ARG:
   demo   a 2000-document subset that runs on a 2-core CPU in minutes (`make demo`)
   tiny   a 2-layer random model on 200 documents: seconds, for tests
 Any field can be overridden on the command line, e.g. --config.privacy.epsilon=3.
+
+Sweeps (get_sweep; python -m launch.sweep --config=experiments/configs/medical_synth.py:tiny
+--sweep=NAME --runner=local --workdir=runs/sweeps):
+  epsilon        eps in 3, 5, 10, 20 x both accountants
+  clusters       (R, k) paired: (100, 40), (300, 80), (500, 120)
+  seeds          seeds 0..4
 """
 
 import ml_collections
+
+from launch import grid
+
+APP = "experiments.build_synthetic_db"   # what launch.sweep runs with this config
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
@@ -97,3 +107,17 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     config.data.max_doc_tokens = 96
     config.self_filter.enabled = False  # a random model's YES/NO means nothing
   return config
+
+
+def get_sweep(name: str) -> list[dict]:
+  """Override dicts, one per run (keys are dotted paths into get_config's result)."""
+  sweeps = {
+      "epsilon": lambda: grid.product({"privacy.epsilon": [3.0, 5.0, 10.0, 20.0],
+                                       "privacy.accountant": ["closed_form", "rdp"]}),
+      "clusters": lambda: grid.zipped({"clustering.R": [100, 300, 500],
+                                       "clustering.k": [40, 80, 120]}),
+      "seeds": lambda: grid.product({"seed": [0, 1, 2, 3, 4]}),
+  }
+  if name not in sweeps:
+    raise ValueError(f"Unknown sweep {name!r}; expected one of {sorted(sweeps)}.")
+  return sweeps[name]()

@@ -1,0 +1,75 @@
+"""Two processes on one machine build the same database as one process (the multi-host path)."""
+
+import os
+import socket
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = "experiments/configs/medical_synth.py:tiny"
+RELEASED = ("synthetic_db.jsonl", "privacy_ledger.json", "index.faiss", "config.json")
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def _build(workdir, env_extra=None) -> subprocess.Popen:
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env_extra or {})}
+  return subprocess.Popen(
+      [sys.executable, "-m", "experiments.build_synthetic_db", f"--config={CONFIG}",
+       f"--workdir={workdir}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True)
+
+
+def _wait(proc: subprocess.Popen) -> str:
+  out, _ = proc.communicate(timeout=900)
+  assert proc.returncode == 0, out[-3000:]
+  return out
+
+
+def test_two_processes_release_what_one_process_releases(tmp_path):
+  single, multi = tmp_path / "single", tmp_path / "multi"
+  port = _free_port()
+  workers = [_build(multi, {"DPSYNRAG_COORDINATOR": f"localhost:{port}",
+                            "DPSYNRAG_NUM_PROCESSES": "2", "DPSYNRAG_PROCESS_ID": str(i)})
+             for i in range(2)]
+  logs = [_wait(w) for w in workers]
+  _wait(_build(single))
+  assert "Process 1 of 2" in logs[1]
+  for name in RELEASED:
+    assert (multi / name).read_bytes() == (single / name).read_bytes(), name
+  # Both processes decoded: process 1 kept its clusters in its own state file.
+  private = multi / "private"
+  assert (private / "generated.p1.jsonl").stat().st_size > 0
+  assert (private / "generated.jsonl").stat().st_size > 0
+
+
+def test_several_processes_refuse_overwrite(tmp_path, monkeypatch):
+  from dpsynrag_jax import distributed  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
+  from experiments.configs import medical_synth  # pylint: disable=g-import-not-at-top
+  config = medical_synth.get_config("tiny")
+  config.runtime.overwrite = True
+  monkeypatch.setattr(distributed, "maybe_initialize", lambda: None)
+  monkeypatch.setattr(distributed, "process_count", lambda: 2)
+  import pytest  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="overwrite is refused"):
+    pipeline.build_synthetic_db(config, str(tmp_path))
+
+
+def test_launched_processes_reads_slurm_and_explicit_settings(monkeypatch):
+  from dpsynrag_jax import distributed  # pylint: disable=g-import-not-at-top
+  monkeypatch.delenv(distributed.ENV_NUM_PROCESSES, raising=False)
+  monkeypatch.delenv("SLURM_NTASKS", raising=False)
+  assert distributed.launched_processes() == 1
+  monkeypatch.setenv("SLURM_NTASKS", "4")
+  assert distributed.launched_processes() == 4
+  monkeypatch.setenv(distributed.ENV_NUM_PROCESSES, "2")
+  assert distributed.launched_processes() == 2
+  monkeypatch.setenv(distributed.ENV_NUM_PROCESSES, "two")
+  import pytest  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="must be an integer"):
+    distributed.launched_processes()
