@@ -51,3 +51,13 @@ def point_name(point: Mapping[str, Any]) -> str:
     return "default"
   parts = [f"{k.rsplit('.', 1)[-1]}={v}" for k, v in point.items()]
   return re.sub(r"[^A-Za-z0-9=,._+-]", "_", ",".join(parts))
+
+
+def point_names(points: Sequence[Mapping[str, Any]]) -> list[str]:
+  """Directory names of a sweep's points from the keys whose values vary across it (keys every
+  point sets alike say nothing); point_name of the whole point when nothing varies."""
+  keys = list(dict.fromkeys(k for p in points for k in p))
+  varying = [k for k in keys if len({repr(p.get(k)) for p in points}) > 1]
+  if not varying:
+    return [point_name(p) for p in points]
+  return [point_name({k: p[k] for k in varying if k in p}) for p in points]

@@ -76,10 +76,16 @@ class Sweep:
       raise ValueError(f"Sweep {name!r} has no points.")
     for point in self.points:
       self.config_of(point)  # every key must exist, with a value of its type
-    names = [grid.point_name(p) for p in self.points]
+    names = grid.point_names(self.points)
     if len(set(names)) != len(names):
       raise ValueError(f"Sweep {name!r} repeats a point: {names}.")
+    self._names = {repr(p): n for p, n in zip(self.points, names)}
+    self.varying_keys = [k for k in dict.fromkeys(k for p in self.points for k in p)
+                         if len({repr(p.get(k)) for p in self.points}) > 1]
     self.dir = os.path.join(workdir, name)
+
+  def name_of(self, point: dict[str, Any]) -> str:
+    return self._names[repr(point)]
 
   def config_of(self, point: dict[str, Any]) -> ml_collections.ConfigDict:
     """The base config with a point's overrides (what the run's command line produces)."""
@@ -97,7 +103,7 @@ class Sweep:
     return config
 
   def run_dir(self, point: dict[str, Any]) -> str:
-    return os.path.join(self.dir, grid.point_name(point))
+    return os.path.join(self.dir, self.name_of(point))
 
   def command(self, point: dict[str, Any]) -> list[str]:
     spec = f"{self.path}:{self.arg}" if self.arg else self.path
@@ -123,9 +129,9 @@ def run_local(sweep: Sweep) -> None:
   total = len(sweep.points)
   for i, point in enumerate(sweep.points, 1):
     if sweep.finished(point):
-      logging.info("[%d/%d] %s: finished, skipped.", i, total, grid.point_name(point))
+      logging.info("[%d/%d] %s: finished, skipped.", i, total, sweep.name_of(point))
       continue
-    logging.info("[%d/%d] %s: running %s", i, total, grid.point_name(point),
+    logging.info("[%d/%d] %s: running %s", i, total, sweep.name_of(point),
                  shlex.join(sweep.command(point)))
     start = time.time()
     os.makedirs(sweep.run_dir(point), exist_ok=True)
@@ -133,11 +139,11 @@ def run_local(sweep: Sweep) -> None:
       proc = subprocess.run(sweep.command(point), stdout=log, stderr=subprocess.STDOUT,
                             check=False)
     if proc.returncode != 0:
-      raise RuntimeError(f"Run {grid.point_name(point)} failed (exit {proc.returncode}); see "
+      raise RuntimeError(f"Run {sweep.name_of(point)} failed (exit {proc.returncode}); see "
                          f"{sweep.run_dir(point)}/run.log. Rerun the sweep to resume it.")
     with open(os.path.join(sweep.run_dir(point), DONE), "w", encoding="utf-8") as f:
       json.dump({"overrides": point, "seconds": round(time.time() - start, 1)}, f)
-    logging.info("[%d/%d] %s: done in %.0f s.", i, total, grid.point_name(point),
+    logging.info("[%d/%d] %s: done in %.0f s.", i, total, sweep.name_of(point),
                  time.time() - start)
 
 
@@ -186,8 +192,9 @@ def collect(sweep: Sweep) -> list[dict]:
     if not sweep.finished(point):
       continue
     for result in module.sweep_rows(sweep.config_of(point), sweep.run_dir(point)):
-      rows.append({"point": grid.point_name(point),
-                   **{k.rsplit(".", 1)[-1]: v for k, v in point.items()}, **result})
+      rows.append({"point": sweep.name_of(point),
+                   **{k.rsplit(".", 1)[-1]: v for k, v in point.items()
+                      if k in sweep.varying_keys}, **result})
   return rows
 
 
@@ -221,7 +228,7 @@ def write_tables(sweep: Sweep, rows: Sequence[dict]) -> None:
 
 def _plot(sweep: Sweep, rows: Sequence[dict]) -> None:
   """Each metric against the first numeric axis that varies, one line per method."""
-  axes = [k.rsplit(".", 1)[-1] for k in sweep.points[0]]
+  axes = [k.rsplit(".", 1)[-1] for k in sweep.varying_keys]
   varying = [a for a in axes if len({str(r.get(a)) for r in rows}) > 1 and
              all(isinstance(r.get(a), (int, float)) for r in rows)]
   metrics = [m for m in ("accuracy", "context_recall", "synthetic_texts")

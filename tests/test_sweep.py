@@ -42,6 +42,9 @@ def test_product_and_zip():
     grid.product({"a": [1]}, {"a": [2]})
   assert grid.point_name({"x.clustering.L": 3, "seed": 0}) == "L=3,seed=0"
   assert grid.point_name({}) == "default"
+  # Names keep only what varies across the sweep.
+  assert grid.point_names([{"m": "x", "L": 1}, {"m": "x", "L": 3}]) == ["L=1", "L=3"]
+  assert grid.point_names([{"m": "x"}]) == ["m=x"]
 
 
 def test_every_shipped_sweep_names_real_config_fields(tmp_path):
