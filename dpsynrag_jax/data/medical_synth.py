@@ -134,6 +134,16 @@ def _check_count(name: str, value: int, pool: int) -> None:
     raise ValueError(f"{name} must be in [0, {pool}] (the size of its pool), got {value}.")
 
 
+def public_terms() -> list[str]:
+  """Every disease, symptom and treatment name of the tables: the task's public vocabulary
+  (which patient has which disease is the private part)."""
+  t = _tables()
+  terms = list(t["diseases"])
+  terms += [s for d in t["diseases"] for s in t["symptoms"].get(d, [])]
+  terms += [t["treatments"][d] for d in t["diseases"] if d in t["treatments"]]
+  return list(dict.fromkeys(terms))
+
+
 def load_medical_synth(num_documents: int = DATABASE_POOL, num_validation: int = VALIDATION_POOL,
                        num_test: int = TEST_POOL, seed: int = 0) -> MedicalSynth:
   """The first `num_*` items of each pool of the split for `seed` (see the module docstring)."""

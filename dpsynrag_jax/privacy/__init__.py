@@ -5,6 +5,7 @@ Neighbouring datasets differ by adding or removing one document. Sensitivities:
   embedding_sum            L2 1           -> gaussian_mechanism, rho = 1 / (2 sigma_mu^2)
   threshold utility        1              -> sample_threshold, eps_theta-DP, eps_theta^2/8-zCDP
   clipped_logit_sum        L_inf c        -> sample_token, (2c/tau)-DP, (c/tau)^2/2-zCDP
+  difference_clipped_sum   L_inf c        (the same token cost)
 """
 
 from dpsynrag_jax.privacy.accounting import ACCOUNTANTS
@@ -25,6 +26,7 @@ from dpsynrag_jax.privacy.clipping import clip_logits_grislain
 from dpsynrag_jax.privacy.clipping import clipped_logit_sum
 from dpsynrag_jax.privacy.clipping import clipped_logit_sum_checked
 from dpsynrag_jax.privacy.clipping import clipped_logit_sum_sensitivity
+from dpsynrag_jax.privacy.clipping import difference_clipped_sum
 from dpsynrag_jax.privacy.ledger import BudgetExceededError
 from dpsynrag_jax.privacy.ledger import Entry
 from dpsynrag_jax.privacy.ledger import make_entry

@@ -113,6 +113,34 @@ def clipped_logit_sum(logits: jax.Array, row_mask: jax.Array, c: float, *,
   return jnp.matmul(ones, kept, precision=jax.lax.Precision.HIGHEST)
 
 
+def difference_clipped_sum(logits: jax.Array, row_mask: jax.Array, reference: jax.Array,
+                           c: float) -> jax.Array:
+  """Difference clipping: sum over documents of clip(log p_i - log p_ref, -c, c).
+
+  The reference is a public distribution (the same prompt with no document), so documents
+  that agree with it contribute ~0 and the budget is spent only where they differ. The caller
+  adds log p_ref back (public, free) to form the utility.
+
+  Args:
+    logits: [B, V] float32 next-token logits, one row per document (padded rows arbitrary).
+    row_mask: [B] bool, True for real documents.
+    reference: [V] float32 logits of the public reference row.
+    c: bound; every row's contribution lies in [-c, c], so the L_inf sensitivity is c, exactly
+      as for `clipped_logit_sum` (the ledger is unchanged).
+
+  Returns:
+    [V] float32.
+  """
+  log_p = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), axis=-1)
+  log_ref = jax.nn.log_softmax(jnp.asarray(reference, jnp.float32), axis=-1)
+  # -inf - -inf is NaN and -inf against a finite reference is -inf: both clip to an end of
+  # [-c, c] (NaN to -c), never dropped, so the support does not depend on the data.
+  diff = jnp.nan_to_num(log_p - log_ref[None], nan=-c, posinf=c, neginf=-c)
+  kept = jnp.where(jnp.asarray(row_mask, bool)[:, None], jnp.clip(diff, -c, c), 0.0)
+  ones = jnp.ones((kept.shape[0],), jnp.float32)
+  return jnp.matmul(ones, kept, precision=jax.lax.Precision.HIGHEST)
+
+
 def _bad_logit_mask(logits, row_mask):
   bad = jnp.isnan(logits) | (logits == jnp.inf)
   if row_mask is not None:

@@ -36,7 +36,7 @@ from dpsynrag_jax import distributed
 from dpsynrag_jax import privacy
 from dpsynrag_jax.models import load_encoder, load_lm
 from dpsynrag_jax.rag import index as rag_index
-from dpsynrag_jax.synrag import clustering, keywords, reranking, self_filter
+from dpsynrag_jax.synrag import candidates, clustering, keywords, reranking, self_filter
 from dpsynrag_jax.synrag import workdir as wd_lib
 from dpsynrag_jax.synrag.private_prediction import PrivatePredictor, decode_many
 from dpsynrag_jax.synrag.vocabulary import english_vocabulary
@@ -180,6 +180,9 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
   predictor = PrivatePredictor(
       lm, c=cal.c, tau=cal.tau, T=cal.T, method=config.generation.clip,
       alpha=config.generation.alpha, omega=config.generation.omega,
+      candidates=config.generation.get("candidates", 0),
+      candidate_ids=candidates.term_token_ids(
+          lm, candidates.public_terms(config.generation.get("candidate_terms", ""))),
       devices=_devices(config.runtime.devices))
   if lead:
     top_words, selected = _private_phases(config, cal, documents, vocab, lm, encoder, seed_key,

@@ -39,29 +39,62 @@ ROW_BUCKET = 16
 _SENTINEL = "\u2063DOC\u2063"
 
 
+CLIP_METHODS = ("grislain", "clamp", "difference")
+
+
 @dataclasses.dataclass(frozen=True)
 class PrivateTokenSelector:
   """decode_loop's `select` for private prediction: one token for the whole cluster.
 
-  utility = sum over document rows of clip_c(logits) + omega * (public row's logits);
-  token ~ softmax(utility / tau). The document part has L_inf sensitivity c, the public row
-  holds no private data, so each token is the exponential mechanism of `privacy.sample_token`:
-  (2c/tau)-DP, (c/tau)^2/2-zCDP.
+  method grislain / clamp (the paper):
+    utility = sum over document rows of clip_c(logits) + omega * (public row's logits)
+  method difference:
+    utility = log p_public + sum over document rows of clip(log p_i - log p_public, -c, c)
+  token ~ softmax(utility / tau), over the whole vocabulary or, with candidates > 0, over the
+  public row's top-`candidates` tokens plus `candidate_ids` (a public list).
+
+  Every document row contributes a vector in [-c, c] and the public row holds no private data
+  (its context is the prompt and the tokens already released), so each token is the
+  exponential mechanism of `privacy.sample_token`: (2c/tau)-DP, (c/tau)^2/2-zCDP; a candidate
+  set computed from public data only restricts its range without touching its sensitivity.
   """
   c: float
   tau: float = 1.0
   method: str = "grislain"
   alpha: float = 1.0
   omega: float = 0.0
+  candidates: int = 0
+  candidate_ids: tuple[int, ...] = ()
+
+  def __post_init__(self):
+    if self.method not in CLIP_METHODS:
+      raise ValueError(f"Unknown clipping method {self.method!r}; expected one of "
+                       f"{CLIP_METHODS}.")
+    if self.candidates < 0:
+      raise ValueError(f"candidates must be >= 0, got {self.candidates}.")
+
+  @property
+  def needs_public_row(self) -> bool:
+    return bool(self.omega) or self.method == "difference" or self.candidates > 0
 
   def __call__(self, key, logits, aux):
     doc_mask, public_mask = aux
-    utility = privacy.clipped_logit_sum(logits, doc_mask, self.c, method=self.method,
-                                        alpha=self.alpha)
-    if self.omega:
-      public = jnp.sum(jnp.where(public_mask[:, None], logits, 0.0), axis=0)
-      utility = utility + self.omega * public
-    token = privacy.sample_token(key, utility, self.tau)
+    public = jnp.sum(jnp.where(public_mask[:, None], logits, 0.0), axis=0)
+    if self.method == "difference":
+      utility = (jax.nn.log_softmax(public) +
+                 privacy.difference_clipped_sum(logits, doc_mask, public, self.c))
+    else:
+      utility = privacy.clipped_logit_sum(logits, doc_mask, self.c, method=self.method,
+                                          alpha=self.alpha)
+      if self.omega:
+        utility = utility + self.omega * public
+    vocab_mask = None
+    if self.candidates:
+      _, top = jax.lax.top_k(public, self.candidates)
+      vocab_mask = jnp.zeros(logits.shape[-1], bool).at[top].set(True)
+      if self.candidate_ids:
+        vocab_mask = vocab_mask.at[jnp.asarray(self.candidate_ids, jnp.int32)].set(True)
+    token = privacy.sample_token(key, utility, self.tau, vocab_mask=vocab_mask)
     return jnp.broadcast_to(token, logits.shape[:1]).astype(jnp.int32)
 
 
@@ -114,7 +147,8 @@ class PrivatePredictor:
 
   Args:
     lm: the language model.
-    c, tau, method, alpha, omega: the token mechanism (see PrivateTokenSelector).
+    c, tau, method, alpha, omega, candidates, candidate_ids: the token mechanism (see
+      PrivateTokenSelector).
     T: private tokens per cluster.
     prompt: template with a {d} slot for the document.
     devices: devices to spread clusters over (default: all local devices).
@@ -122,6 +156,7 @@ class PrivatePredictor:
 
   def __init__(self, lm: LanguageModel, *, c: float, tau: float, T: int,
                method: str = "grislain", alpha: float = 1.0, omega: float = 0.0,
+               candidates: int = 0, candidate_ids: Sequence[int] = (),
                prompt: str = REPHRASE_PROMPT, devices: Sequence[jax.Device] | None = None):
     if T < 1:
       raise ValueError(f"T must be >= 1, got {T}.")
@@ -130,8 +165,11 @@ class PrivatePredictor:
     self.lm = lm
     self.T = T
     self.prompt = prompt
-    self.selector = PrivateTokenSelector(c=float(c), tau=float(tau), method=method,
-                                         alpha=float(alpha), omega=float(omega))
+    self.selector = PrivateTokenSelector(
+        c=float(c), tau=float(tau), method=method, alpha=float(alpha), omega=float(omega),
+        candidates=int(candidates), candidate_ids=tuple(sorted({int(i) for i in candidate_ids})))
+    if any(not 0 <= i < lm.config.vocab_size for i in self.selector.candidate_ids):
+      raise ValueError("candidate_ids must be token ids of the model's vocabulary.")
     self.mesh = Mesh(np.asarray(devices or jax.local_devices()), ("clusters",))
     replicated = NamedSharding(self.mesh, PartitionSpec())
     self._params = jax.device_put(lm.params, replicated)
@@ -207,7 +245,8 @@ class PrivatePredictor:
 
   def shape_of(self, suffixes: Sequence[Sequence[int]]) -> tuple[int, int]:
     """(rows, suffix length) bucket of a cluster; depends on that cluster alone."""
-    all_rows = list(suffixes) + ([self._public_suffix()] if self.selector.omega else [])
+    all_rows = list(suffixes) + ([self._public_suffix()] if self.selector.needs_public_row
+                                 else [])
     rows = max(ROW_BUCKET, -(-len(all_rows) // ROW_BUCKET) * ROW_BUCKET)
     return rows, bucket_length(max((len(s) for s in all_rows), default=1))
 
@@ -216,7 +255,7 @@ class PrivatePredictor:
     return self.suffixes([""])[0] or [self.lm.pad_id]
 
   def _public_suffix(self):
-    return self._public_suffix_tokens if self.selector.omega else None
+    return self._public_suffix_tokens if self.selector.needs_public_row else None
 
   def decode_group(self, clusters: Sequence[Sequence[Sequence[int]]], keys: Sequence[jax.Array],
                    shape: tuple[int, int]) -> list[list[int]]:

@@ -68,9 +68,13 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   config.generation = ml_collections.ConfigDict()
   config.generation.T = 70
   config.generation.tau = 1.0
-  config.generation.clip = "grislain"     # or "clamp"
+  config.generation.clip = "grislain"     # or "clamp", or "difference" (public + clipped diffs)
   config.generation.alpha = 1.0
   config.generation.omega = 0.0           # public prior weight; 0 is the paper
+  # Candidate tokens: > 0 draws each token from the public row's top-n plus the tokens of
+  # candidate_terms ('medical_synth' or a file of public terms); 0 is the whole vocabulary.
+  config.generation.candidates = 0
+  config.generation.candidate_terms = ""
 
   config.self_filter = ml_collections.ConfigDict()
   config.self_filter.enabled = True

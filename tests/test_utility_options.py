@@ -1,0 +1,89 @@
+"""Issue 8's utility options: difference clipping and public candidate tokens.
+
+Both keep the token mechanism's sensitivity c, so the ledger of a run is unchanged.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from dpsynrag_jax import privacy
+from dpsynrag_jax.models import load_lm
+from dpsynrag_jax.synrag import candidates
+from dpsynrag_jax.synrag import pipeline
+from dpsynrag_jax.synrag.private_prediction import PrivatePredictor, PrivateTokenSelector
+from experiments.configs import medical_synth
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), rows=st.integers(1, 6), c=st.floats(0.01, 3.0))
+def test_difference_clipping_moves_each_token_by_at_most_c_per_document(seed, rows, c):
+  k1, k2, k3 = jax.random.split(jax.random.PRNGKey(seed), 3)
+  logits = 5 * jax.random.normal(k1, (rows + 1, 40))
+  reference = 5 * jax.random.normal(k2, (40,))
+  logits = logits.at[0, 3].set(-jnp.inf)  # -inf logits are clipped, not dropped
+  with_all = privacy.difference_clipped_sum(logits, jnp.ones(rows + 1, bool), reference, c)
+  # The neighbour without document 0 (masked out).
+  without = privacy.difference_clipped_sum(
+      logits, jnp.arange(rows + 1) > 0, reference, c)
+  assert np.all(np.isfinite(with_all))
+  assert np.max(np.abs(np.asarray(with_all - without))) <= c * (1 + 1e-5)
+  del k3
+
+
+def test_documents_that_agree_with_the_public_row_contribute_nothing():
+  reference = jax.random.normal(jax.random.PRNGKey(0), (30,))
+  same = jnp.stack([reference + 2.0, reference - 1.0])  # a shift leaves log p unchanged
+  out = privacy.difference_clipped_sum(same, jnp.ones(2, bool), reference, 0.5)
+  np.testing.assert_allclose(np.asarray(out), 0.0, atol=1e-5)
+
+
+def test_candidates_restrict_every_draw_to_the_public_top_and_the_term_ids():
+  v = 60
+  public_row = jnp.arange(v, dtype=jnp.float32)            # public top-3: 59, 58, 57
+  docs = jnp.zeros((2, v)).at[:, 5].set(50.0)                # documents push token 5 hard
+  logits = jnp.concatenate([docs, public_row[None]])
+  doc_mask = jnp.array([True, True, False])
+  public_mask = jnp.array([False, False, True])
+  restricted = PrivateTokenSelector(c=1.0, tau=0.3, candidates=3, candidate_ids=(11,))
+  drawn = {int(restricted(jax.random.PRNGKey(i), logits, (doc_mask, public_mask))[0])
+           for i in range(200)}
+  assert drawn <= {57, 58, 59, 11} and len(drawn) > 1
+  free = PrivateTokenSelector(c=1.0, tau=0.3)
+  assert 5 in {int(free(jax.random.PRNGKey(i), logits, (doc_mask, public_mask))[0])
+               for i in range(50)}
+
+
+def test_selector_refuses_unknown_settings():
+  with pytest.raises(ValueError, match="Unknown clipping method"):
+    PrivateTokenSelector(c=1.0, method="nope")
+  with pytest.raises(ValueError, match="candidates must be"):
+    PrivateTokenSelector(c=1.0, candidates=-1)
+
+
+def test_term_token_ids_cover_the_terms_and_eos():
+  lm = load_lm("tiny-random")
+  terms = candidates.public_terms("medical_synth")
+  assert "Norglesnap Fever" in terms and len(terms) > 100
+  ids = candidates.term_token_ids(lm, ["Norglesnap Fever"])
+  assert set(lm.encode([" Norglesnap Fever"])[0]) <= set(ids)
+  assert set(lm.eos_ids) <= set(ids)
+  with pytest.raises(ValueError, match="candidate_terms"):
+    candidates.public_terms("no_such_list")
+  with pytest.raises(ValueError, match="vocabulary"):
+    PrivatePredictor(lm, c=0.1, tau=1.0, T=2, candidates=4, candidate_ids=[10**7])
+
+
+@pytest.mark.parametrize("overrides", [
+    {"clip": "difference"},
+    {"candidates": 16, "candidate_terms": "medical_synth"},
+])
+def test_options_run_end_to_end_with_the_same_ledger(tmp_path, overrides):
+  config = medical_synth.get_config("tiny")
+  for field, value in overrides.items():
+    config.generation[field] = value
+  summary = pipeline.build_synthetic_db(config, str(tmp_path))
+  assert abs(summary["eps_closed_form"] - config.privacy.epsilon) < 1e-6
+  assert summary["synthetic_texts"] > 0
