@@ -211,16 +211,26 @@ def _cell(value) -> str:
   return "" if value is None else str(value)
 
 
+# The markdown table's columns after the swept axes (results.csv keeps every column).
+SUMMARY_COLUMNS = ("dataset", "method", "accuracy", "context_recall", "leakage",
+                   "synthetic_texts", "ledger_eps_closed_form", "ledger_eps_rdp", "epsilon",
+                   "seconds_build", "seconds_answer", "seconds")
+
+
 def write_tables(sweep: Sweep, rows: Sequence[dict]) -> None:
   columns = _columns(rows)
   with open(os.path.join(sweep.dir, "results.csv"), "w", encoding="utf-8", newline="") as f:
     writer = csv.DictWriter(f, columns)
     writer.writeheader()
     writer.writerows(rows)
+  axes = [k.rsplit(".", 1)[-1] for k in sweep.varying_keys]
+  shown = [c for c in axes if c in columns] + [
+      c for c in SUMMARY_COLUMNS if c in columns and c not in axes and
+      (c != "epsilon" or "ledger_eps_closed_form" not in columns)]
   lines = [f"### Sweep {sweep.name} ({sweep.path}:{sweep.arg}, {len({r['point'] for r in rows})}"
            f" of {len(sweep.points)} runs finished)", "",
-           "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-  lines += ["| " + " | ".join(_cell(r.get(c)) for c in columns) + " |" for r in rows]
+           "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+  lines += ["| " + " | ".join(_cell(r.get(c)) for c in shown) + " |" for r in rows]
   with open(os.path.join(sweep.dir, "results.md"), "w", encoding="utf-8") as f:
     f.write("\n".join(lines) + "\n")
   _plot(sweep, rows)
