@@ -4,15 +4,22 @@
         --config=experiments/configs/medical_synth.py:demo --workdir=runs/demo
 
 Killed and restarted with the same flags, it resumes from the last finished cluster.
+
+New documents later (a disjoint set: new people), appended as a partition of their own with the
+first build's settings; the texts already released are not touched:
+
+    python -m experiments.build_synthetic_db --workdir=runs/demo --append=new_docs.jsonl
 """
 
 import json
 import os
 
 from absl import app
+from absl import flags
 
 from dpsynrag_jax import privacy
 from dpsynrag_jax.synrag import pipeline
+from dpsynrag_jax.synrag import refresh
 from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments import cli
 
@@ -35,9 +42,19 @@ def sweep_rows(config, workdir: str) -> list[dict]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if cli.FLAGS.append:
+    if cli.FLAGS.config is not None:
+      raise app.UsageError("--append reuses the work dir's own config; drop --config.")
+    released = refresh.append_documents(cli.FLAGS.workdir, cli.FLAGS.append)
+    print(json.dumps(released["per_document"], indent=1))
+    return
+  if cli.FLAGS.config is None:
+    raise app.UsageError("--config is required (unless --append).")
   pipeline.build_synthetic_db(cli.FLAGS.config, cli.FLAGS.workdir)
 
 
 if __name__ == "__main__":
-  cli.define_config_and_workdir("Experiment config file.")
+  cli.define_config_and_workdir("Experiment config file.", config_required=False)
+  flags.DEFINE_string("append", "", "A JSONL/CSV of new documents to add to the finished "
+                      "build in --workdir as a new partition.")
   app.run(main)

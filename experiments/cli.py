@@ -7,7 +7,7 @@ from ml_collections import config_flags
 FLAGS = flags.FLAGS
 
 
-def define_config_and_workdir(config_help: str) -> None:
+def define_config_and_workdir(config_help: str, config_required: bool = True) -> None:
   config_flags.DEFINE_config_file("config", None, config_help, lock_config=True)
   flags.DEFINE_string("workdir", None, "Directory for results and builds.")
-  flags.mark_flags_as_required(["config", "workdir"])
+  flags.mark_flags_as_required(["config", "workdir"] if config_required else ["workdir"])

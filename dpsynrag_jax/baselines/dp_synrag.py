@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
-from dpsynrag_jax import privacy
 from dpsynrag_jax.baselines.base import RetrievalMethod, Retriever
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import pipeline
+from dpsynrag_jax.synrag import refresh
 from dpsynrag_jax.synrag import workdir as wd_lib
 
 
@@ -27,7 +27,7 @@ class DPSynRAG(RetrievalMethod):
     self.workdir = workdir
     self.top_k = top_k
     self.max_new_tokens = max_new_tokens
-    self._ledger = None
+    self._epsilon = 0.0
 
   def build(self) -> None:
     wd = wd_lib.Workdir(self.workdir)
@@ -41,11 +41,12 @@ class DPSynRAG(RetrievalMethod):
     index = rag_index.load_index(wd.path(wd_lib.INDEX))
     vectors = index.reconstruct_n(0, index.ntotal) if index.ntotal else None
     self.retriever = Retriever(self.encoder, [r["text"] for r in records], vectors)
-    self._ledger = privacy.PrivacyLedger.load(wd.path(wd_lib.LEDGER))
+    # Max over partitions when documents were appended (parallel composition), else the ledger.
+    self._epsilon = refresh.per_document_epsilon(self.workdir)
 
   @property
   def epsilon(self) -> float:
-    return self._ledger.spent_epsilon() if self._ledger is not None else 0.0
+    return self._epsilon
 
   @property
   def synthetic_texts(self) -> list[str]:
