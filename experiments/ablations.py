@@ -23,7 +23,7 @@ from experiments import cli
 from experiments import evaluate
 
 
-VARIANTS = ("full", "no_rerank", "no_self_filter", "self_filter", "hard")
+VARIANTS = ("full", "no_rerank", "no_self_filter", "self_filter", "hard", "synonyms")
 
 
 def variant_config(base, variant: str):
@@ -40,6 +40,8 @@ def variant_config(base, variant: str):
     c.self_filter.enabled = True
   elif variant == "hard":
     c.clustering.L = 1
+  elif variant == "synonyms":
+    c.clustering.merge_synonyms = 0.7
   return c
 
 

@@ -87,3 +87,35 @@ def test_options_run_end_to_end_with_the_same_ledger(tmp_path, overrides):
   summary = pipeline.build_synthetic_db(config, str(tmp_path))
   assert abs(summary["eps_closed_form"] - config.privacy.epsilon) < 1e-6
   assert summary["synthetic_texts"] > 0
+
+
+def test_group_synonyms_joins_close_words_in_rank_order():
+  from dpsynrag_jax.synrag import clustering  # pylint: disable=g-import-not-at-top
+  e = np.eye(3, dtype=np.float32)
+  close = (e[0] + 0.2 * e[1]) / np.linalg.norm(e[0] + 0.2 * e[1])
+  embeddings = np.stack([e[0], e[1], close, e[2]])
+  assert clustering.group_synonyms(["a", "b", "a2", "c"], embeddings, 0.9) == [[0, 2], [1], [3]]
+  assert clustering.group_synonyms(["a", "b", "a2", "c"], embeddings, 1.0) == [[0], [1], [2], [3]]
+  with pytest.raises(ValueError, match="threshold"):
+    clustering.group_synonyms(["a"], embeddings[:1], 0.0)
+
+
+def test_grouped_clusters_take_documents_holding_any_word_and_respect_L():
+  from dpsynrag_jax.synrag import clustering  # pylint: disable=g-import-not-at-top
+  keyword_ids = np.array([[10, 11, -1], [11, 12, -1], [12, -1, -1], [10, 12, 13]])
+  top_words = [10, 11, 12]
+  plain = clustering.soft_clusters(keyword_ids, top_words, L=2)
+  singletons = clustering.soft_clusters(keyword_ids, top_words, L=2, groups=[[10], [11], [12]])
+  assert [c.tolist() for c in singletons] == [c.tolist() for c in plain]
+  grouped = clustering.soft_clusters(keyword_ids, top_words, L=1, groups=[[10, 11], [12]])
+  assert grouped[0].tolist() == [0] and grouped[1].tolist() == [1, 2, 3]
+  grouped = clustering.soft_clusters(keyword_ids, top_words, L=2, groups=[[10, 11], [12]])
+  assert grouped[0].tolist() == [0, 1, 3]
+
+
+def test_synonym_merging_runs_end_to_end_with_fewer_clusters(tmp_path):
+  config = medical_synth.get_config("tiny")
+  config.clustering.merge_synonyms = 0.3   # loose, so the tiny run's 6 words must merge
+  summary = pipeline.build_synthetic_db(config, str(tmp_path))
+  assert summary["clusters"] < config.clustering.R
+  assert abs(summary["eps_closed_form"] - config.privacy.epsilon) < 1e-6

@@ -258,7 +258,20 @@ def _private_phases(config, cal, documents, vocab, lm, encoder, seed_key, cluste
       wd_lib.atomic_save_npy(top_path, top_words)
 
   with timer.phase("clusters"):
-    clusters = clustering.soft_clusters(keyword_ids, top_words, config.clustering.L)
+    threshold = config.clustering.get("merge_synonyms", 0.0)
+    if threshold:
+      # Post-processing of the released words with the public encoder: no budget.
+      groups = clustering.group_synonyms(
+          [vocab.word(int(w)) for w in top_words],
+          encoder.embed([vocab.word(int(w)) for w in top_words]), threshold)
+      groups = [[int(top_words[i]) for i in g] for g in groups]
+      logging.info("Merged %d keywords into %d clusters (cosine >= %g).", len(top_words),
+                   len(groups), threshold)
+    else:
+      groups = [[int(w)] for w in top_words]
+    clusters = clustering.soft_clusters(keyword_ids, top_words, config.clustering.L,
+                                        groups=groups)
+    top_words = np.asarray([g[0] for g in groups], np.int64)  # each cluster's leading word
 
   with timer.phase("embed"):
     embeddings = _cached_npy(wd.private_path("embeddings.npy"),

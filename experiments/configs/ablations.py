@@ -9,6 +9,7 @@ evaluation's work dir to reuse its full-method build. `variants` is comma-separa
   no_self_filter  every synthetic text is released
   self_filter     the filter on (for configs whose full method has it off)
   hard            L = 1: each document in one cluster only
+  synonyms        keywords with public-encoder cosine >= 0.7 share a cluster (beyond the paper)
 """
 
 import ml_collections

@@ -64,6 +64,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   config.clustering.L = 5
   config.clustering.k = 80
   config.clustering.rerank = True         # False: S_r = C_r (the paper's ablation)
+  # > 0: keywords whose public-encoder cosine reaches this share a cluster (synonyms); 0: off.
+  config.clustering.merge_synonyms = 0.0
 
   config.generation = ml_collections.ConfigDict()
   config.generation.T = 70
