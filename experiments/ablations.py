@@ -1,10 +1,16 @@
-"""DP-SynRAG with one component removed at a time, side by side with the full method.
+"""DP-SynRAG variants side by side with the full method, at one or several budgets.
 
     python -m experiments.ablations --config=experiments/configs/ablations.py:cpu --workdir=runs/eval
+    python -m experiments.ablations --config=experiments/configs/utility_options.py:cpu \
+        --workdir=runs/eval
 
-Writes WORKDIR/ablations.jsonl (one row per variant and seed; a rerun skips finished rows),
-ablations.json and ablations.md. Builds go to WORKDIR/dp_synrag/<dataset>_<variant>_seed<s>; the
-full method's build is the evaluation's, so running this in the evaluation's work dir reuses it.
+The first removes one component at a time (the paper's ablations); the second adds one of this
+project's utility options at a time, at eps 3 and 10. Writes WORKDIR/<report>.jsonl (one row
+per dataset, variant, budget and seed; a rerun skips finished rows), <report>.json and
+<report>.md, with report = config.report. Builds go to WORKDIR/dp_synrag/<dataset>_<tag>_seed<s>
+with the tag naming the variant and the budget (none for the full method at config.epsilon:
+that is the evaluation's own build, reused when run in its work dir; the full method at
+another eps shares queries_vs_accuracy's build).
 """
 
 from __future__ import annotations
@@ -14,7 +20,6 @@ import os
 from typing import Sequence
 
 from absl import app
-from absl import flags
 from absl import logging
 import numpy as np
 
@@ -22,8 +27,8 @@ from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments import cli
 from experiments import evaluate
 
-
-VARIANTS = ("full", "no_rerank", "no_self_filter", "self_filter", "hard", "synonyms")
+VARIANTS = ("full", "no_rerank", "no_self_filter", "self_filter", "hard", "synonyms", "rdp",
+            "public_prior", "difference", "candidates")
 
 
 def variant_config(base, variant: str):
@@ -42,72 +47,94 @@ def variant_config(base, variant: str):
     c.clustering.L = 1
   elif variant == "synonyms":
     c.clustering.merge_synonyms = 0.7
+  elif variant == "rdp":
+    c.privacy.accountant = "rdp"
+  elif variant == "public_prior":
+    c.generation.omega = 0.1
+  elif variant == "difference":
+    c.generation.clip = "difference"
+  elif variant == "candidates":
+    c.generation.candidates = 50
+    c.generation.candidate_terms = c.data.name if c.data.name == "medical_synth" else ""
   return c
 
 
+def build_tag(variant: str, epsilon: float, default_epsilon: float) -> str:
+  """'' for the full method at the default budget; 'eps3' is queries_vs_accuracy's tag."""
+  parts = [] if variant == "full" else [variant]
+  if epsilon != default_epsilon:
+    parts.append(f"eps{epsilon:g}")
+  return "_".join(parts)
+
+
 def summarize(rows: Sequence[dict]) -> list[dict]:
-  """Per (dataset, variant): mean accuracy and context recall, and the change against full."""
-  groups: dict[tuple[str, str], list[dict]] = {}
+  """Per (dataset, eps, variant): means over seeds and the change against full at that eps."""
+  groups: dict[tuple, list[dict]] = {}
   for r in rows:
-    groups.setdefault((r["dataset"], r["variant"]), []).append(r)
-  means = {k: {m: float(np.mean([r[m] for r in rs])) for m in ("accuracy", "context_recall",
-                                                               "epsilon")}
+    groups.setdefault((r["dataset"], r["epsilon_total"], r["variant"]), []).append(r)
+  metrics = ("accuracy", "context_recall", "epsilon", "synthetic_texts", "seconds_build")
+  means = {k: {m: float(np.mean([r[m] for r in rs])) for m in metrics}
            for k, rs in groups.items()}
   out = []
-  for (dataset, variant), m in means.items():
-    full = means.get((dataset, "full"))
-    out.append({"dataset": dataset, "variant": variant, "seeds": len(groups[(dataset, variant)]),
-                **m, "synthetic_texts": float(np.mean([r["synthetic_texts"]
-                                                       for r in groups[(dataset, variant)]])),
+  for (dataset, eps, variant), m in means.items():
+    full = means.get((dataset, eps, "full"))
+    out.append({"dataset": dataset, "epsilon_total": eps, "variant": variant,
+                "seeds": len(groups[(dataset, eps, variant)]), **m,
                 "accuracy_change": m["accuracy"] - full["accuracy"] if full else None,
                 "context_recall_change": (m["context_recall"] - full["context_recall"]
                                           if full else None)})
-  return sorted(out, key=lambda s: (s["dataset"], VARIANTS.index(s["variant"])))
+  return sorted(out, key=lambda s: (s["dataset"], -s["epsilon_total"],
+                                    VARIANTS.index(s["variant"])))
 
 
-def markdown(summary: Sequence[dict]) -> str:
+def markdown(summary: Sequence[dict], title: str) -> str:
   pct = lambda v: "-" if v is None else f"{100 * v:+.1f}"
-  lines = ["### DP-SynRAG ablations (mean over seeds; change against full in points)", "",
-           "| dataset | variant | accuracy % | change | context recall % | change | texts | "
-           "epsilon spent |", "|---|---|---|---|---|---|---|---|"]
+  lines = [f"### {title} (mean over seeds; change against full at the same eps, in points)", "",
+           "| dataset | eps | variant | accuracy % | change | context recall % | change | texts | "
+           "epsilon spent | build s |", "|---|---|---|---|---|---|---|---|---|---|"]
   for s in summary:
-    lines.append(f"| {s['dataset']} | {s['variant']} | {100 * s['accuracy']:.1f} | "
-                 f"{pct(s['accuracy_change'])} | {100 * s['context_recall']:.1f} | "
-                 f"{pct(s['context_recall_change'])} | {s['synthetic_texts']:.0f} | "
-                 f"{s['epsilon']:.2f} |")
+    lines.append(f"| {s['dataset']} | {s['epsilon_total']:g} | {s['variant']} | "
+                 f"{100 * s['accuracy']:.1f} | {pct(s['accuracy_change'])} | "
+                 f"{100 * s['context_recall']:.1f} | {pct(s['context_recall_change'])} | "
+                 f"{s['synthetic_texts']:.0f} | {s['epsilon']:.2f} | {s['seconds_build']:.0f} |")
   return "\n".join(lines) + "\n"
 
 
 def run(config, workdir: str) -> list[dict]:
   os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, "ablations.jsonl")
+  report = config.get("report", "ablations")
+  path = os.path.join(workdir, f"{report}.jsonl")
   rows = wd_lib.read_jsonl(path)
-  done = {(r["dataset"], r["variant"], r["seed"]) for r in rows}
+  done = {(r["dataset"], r["variant"], r["epsilon_total"], r["seed"]) for r in rows}
+  epsilons = [float(e) for e in evaluate.split_list(config.get("epsilons", str(config.epsilon)))]
   lm, encoder = evaluate.load_models(config)
   for dataset in evaluate.split_list(config.datasets):
     task = evaluate.load_eval_task(config, dataset)
     for seed in [int(s) for s in evaluate.split_list(config.seeds)]:
-      for variant in evaluate.split_list(config.variants):
-        if (dataset, variant, seed) in done:
-          continue
-        logging.info("Ablation %s on %s, seed %d.", variant, dataset, seed)
-        synrag = variant_config(evaluate.synrag_config(config, task, seed), variant)
-        method = evaluate.make_method("dp_synrag", config, task, lm, encoder, seed, workdir,
-                                      len(task.test), synrag=synrag,
-                                      tag="" if variant == "full" else variant)
-        result = evaluate.evaluate_method(method, task, task.test)
-        row = {"dataset": dataset, "variant": variant, "seed": seed,
-               "synthetic_texts": len(method.synthetic_texts),
-               **{k: result[k] for k in ("accuracy", "context_recall", "epsilon",
-                                         "seconds_build", "seconds_answer")}}
-        wd_lib.append_jsonl(path, [row])
-        rows.append(row)
-        logging.info("%s", row)
+      for eps in epsilons:
+        for variant in evaluate.split_list(config.variants):
+          if (dataset, variant, eps, seed) in done:
+            continue
+          logging.info("Variant %s at eps %g on %s, seed %d.", variant, eps, dataset, seed)
+          base = evaluate.synrag_config(config, task, seed)
+          base.privacy.epsilon = eps
+          method = evaluate.make_method(
+              "dp_synrag", config, task, lm, encoder, seed, workdir, len(task.test),
+              synrag=variant_config(base, variant),
+              tag=build_tag(variant, eps, config.epsilon))
+          result = evaluate.evaluate_method(method, task, task.test)
+          row = {"dataset": dataset, "variant": variant, "epsilon_total": eps, "seed": seed,
+                 "synthetic_texts": len(method.synthetic_texts),
+                 **{k: result[k] for k in ("accuracy", "context_recall", "epsilon",
+                                           "seconds_build", "seconds_answer")}}
+          wd_lib.append_jsonl(path, [row])
+          rows.append(row)
+          logging.info("%s", row)
   summary = summarize(rows)
-  with open(os.path.join(workdir, "ablations.json"), "w", encoding="utf-8") as f:
+  with open(os.path.join(workdir, f"{report}.json"), "w", encoding="utf-8") as f:
     json.dump({"rows": rows, "summary": summary}, f, indent=1)
-  with open(os.path.join(workdir, "ablations.md"), "w", encoding="utf-8") as f:
-    f.write(markdown(summary))
+  with open(os.path.join(workdir, f"{report}.md"), "w", encoding="utf-8") as f:
+    f.write(markdown(summary, config.get("title", "DP-SynRAG ablations")))
   return summary
 
 
@@ -118,5 +145,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli.define_config_and_workdir("Ablation config.")
+  cli.define_config_and_workdir("Ablation or utility-options config.")
   app.run(main)

@@ -17,6 +17,7 @@ from experiments import rare_topics
 from experiments.configs import ablations as ablations_config
 from experiments.configs import evaluate as evaluate_config
 from experiments.configs import queries_vs_accuracy as qva_config
+from experiments.configs import utility_options as utility_config
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +106,7 @@ def test_ablations_change_one_switch_and_reuse_the_full_build(eval_dir):
   # Without re-ranking its mechanisms are never charged, so less than the budget is spent.
   assert by_variant["no_rerank"]["epsilon"] < config.epsilon - 1e-3
   assert abs(by_variant["hard"]["epsilon"] - config.epsilon) < 1e-6
-  assert "| medical | hard |" in open(os.path.join(workdir, "ablations.md")).read()
+  assert "| medical | 10 | hard |" in open(os.path.join(workdir, "ablations.md")).read()
   with pytest.raises(ValueError, match="Unknown variant"):
     ablations.variant_config(config.dp_synrag, "no_such")
 
@@ -125,6 +126,25 @@ def test_queries_vs_accuracy_splits_dp_rag_budget_and_keeps_dp_synrag_flat(eval_
     assert sorted(s["queries"] for s in dp_rag) == counts
   for name in ("queries_vs_accuracy.md", "queries_vs_accuracy.png"):
     assert os.path.getsize(os.path.join(workdir, name)) > 0
+
+
+def test_utility_options_spend_the_same_budget_and_share_builds(eval_dir):
+  workdir, _, _ = eval_dir
+  config = utility_config.get_config("tiny")
+  queries_vs_accuracy.run(qva_config.get_config("tiny"), workdir)  # finished rows: no work
+  builds_before = set(os.listdir(os.path.join(workdir, "dp_synrag")))
+  summary = ablations.run(config, workdir)
+  assert {s["variant"] for s in summary} == set(config.variants.split(","))
+  for s in summary:
+    assert s["epsilon_total"] == 3.0
+    # Each run's own accountant reads exactly the budget (rdp: the RDP accountant).
+    assert abs(s["epsilon"] - 3.0) < 1e-4, s["variant"]
+  builds = set(os.listdir(os.path.join(workdir, "dp_synrag")))
+  assert "medical_eps3_seed0" in builds_before          # the full method's build is reused
+  assert builds - builds_before == {f"medical_{v}_eps3_seed0" for v in
+                                    config.variants.split(",") if v != "full"}
+  assert "| medical | 3 | difference |" in open(
+      os.path.join(workdir, "utility_options.md")).read()
 
 
 def test_dp_rag_sessions_charge_each_session_its_whole_budget(monkeypatch):

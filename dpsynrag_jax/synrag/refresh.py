@@ -50,7 +50,8 @@ def _sha256(path: str) -> str:
 
 def _ledger_figures(path: str) -> dict:
   ledger = privacy.PrivacyLedger.load(path)
-  return {"eps_closed_form": ledger.spent_epsilon("closed_form"),
+  return {"eps": ledger.spent_epsilon(), "accountant": ledger.accountant,
+          "eps_closed_form": ledger.spent_epsilon("closed_form"),
           "eps_rdp": ledger.spent_epsilon("rdp"), "delta": ledger.delta}
 
 
@@ -68,6 +69,7 @@ def read_partitions(workdir: str) -> dict:
 def _with_guarantee(doc: dict) -> dict:
   parts = doc["partitions"]
   doc["per_document"] = {
+      "eps": max(p["eps"] for p in parts),   # each partition read by its own accountant
       "eps_closed_form": max(p["eps_closed_form"] for p in parts),
       "eps_rdp": max(p["eps_rdp"] for p in parts),
       "delta": max(p["delta"] for p in parts),
@@ -76,9 +78,10 @@ def _with_guarantee(doc: dict) -> dict:
   return doc
 
 
-def per_document_epsilon(workdir: str, accountant: str = "closed_form") -> float:
-  """The epsilon every document of the database is protected at (max over partitions)."""
-  key = {"closed_form": "eps_closed_form", "rdp": "eps_rdp"}[accountant]
+def per_document_epsilon(workdir: str, accountant: str | None = None) -> float:
+  """The epsilon every document of the database is protected at (max over partitions), by each
+  ledger's own accountant (the one its build was calibrated with) unless `accountant` says."""
+  key = {None: "eps", "closed_form": "eps_closed_form", "rdp": "eps_rdp"}[accountant]
   return read_partitions(workdir)["per_document"][key]
 
 

@@ -21,6 +21,9 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
   config = evaluate.get_config(arg)
   config.methods = "dp_synrag"
   config.num_attacks = 0
+  config.report = "ablations"
+  config.title = "DP-SynRAG ablations"
+  config.epsilons = str(config.epsilon)
   config.variants = "full,no_rerank,no_self_filter,hard"
   if arg == "cpu":
     # SmolLM2-135M cannot judge YES/NO, so the cpu config runs without the filter and its
