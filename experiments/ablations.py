@@ -19,7 +19,6 @@ import json
 import os
 from typing import Sequence
 
-from absl import app
 from absl import logging
 import numpy as np
 
@@ -138,12 +137,5 @@ def run(config, workdir: str) -> list[dict]:
   return summary
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  run(cli.FLAGS.config, cli.FLAGS.workdir)
-
-
 if __name__ == "__main__":
-  cli.define_config_and_workdir("Ablation or utility-options config.")
-  app.run(main)
+  cli.run_app(run, "Ablation or utility-options config.")

@@ -8,13 +8,10 @@ so a rerun skips finished rows), results.json, table.md and accuracy.png.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Sequence
 
-from absl import app
-from absl import flags
 from absl import logging
 import jax.numpy as jnp
 
@@ -188,12 +185,5 @@ def sweep_rows(config, workdir: str) -> list[dict]:
   return rows
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  run(cli.FLAGS.config, cli.FLAGS.workdir)
-
-
 if __name__ == "__main__":
-  cli.define_config_and_workdir("Evaluation config.")
-  app.run(main)
+  cli.run_app(run, "Evaluation config.")

@@ -14,8 +14,6 @@ import json
 import os
 from typing import Sequence
 
-from absl import app
-from absl import flags
 import numpy as np
 
 from experiments import evaluate
@@ -62,12 +60,5 @@ def run(config, workdir: str) -> list[dict]:
   return summary
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  run(cli.FLAGS.config, cli.FLAGS.workdir)
-
-
 if __name__ == "__main__":
-  cli.define_config_and_workdir("Evaluation config.")
-  app.run(main)
+  cli.run_app(run, "Evaluation config.")

@@ -19,8 +19,6 @@ import os
 import time
 from typing import Sequence
 
-from absl import app
-from absl import flags
 from absl import logging
 import numpy as np
 
@@ -194,12 +192,5 @@ def run(config, workdir: str) -> list[dict]:
   return summary
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  run(cli.FLAGS.config, cli.FLAGS.workdir)
-
-
 if __name__ == "__main__":
-  cli.define_config_and_workdir("Config.")
-  app.run(main)
+  cli.run_app(run, "Config.")

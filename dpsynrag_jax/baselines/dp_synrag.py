@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 
 from dpsynrag_jax.baselines.base import RetrievalMethod, Retriever
 from dpsynrag_jax.rag import index as rag_index
