@@ -1,6 +1,7 @@
 """The generation benchmark and the accelerator script, on a CPU-sized random model."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -46,3 +47,14 @@ def test_device_bench_refuses_the_8b_shape_on_a_cpu():
                         capture_output=True, text=True, timeout=300, check=False)
   assert proc.returncode == 2
   assert "No accelerator" in proc.stderr
+
+
+def test_scaling_exponent_and_a_tiny_scaling_run():
+  from experiments import bench_scaling  # pylint: disable=g-import-not-at-top
+  assert abs(bench_scaling.scaling_exponent([1, 2, 4], [3.0, 6.0, 12.0]) - 1.0) < 1e-9
+  assert abs(bench_scaling.scaling_exponent([1, 2, 4], [1.0, 4.0, 16.0]) - 2.0) < 1e-9
+  report = bench_scaling.run(["100", "200"], T=4, arg="tiny", ratio=0.03)
+  assert [r["documents"] for r in report["runs"]] == [100, 200]
+  assert [r["clusters"] for r in report["runs"]] == [3, 6]
+  assert all(r["seconds"] > 0 and "decode" in r["phases"] for r in report["runs"])
+  assert math.isfinite(report["exponent"])
