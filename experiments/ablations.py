@@ -137,5 +137,10 @@ def run(config, workdir: str) -> list[dict]:
   return summary
 
 
+def sweep_rows(config, workdir: str) -> list[dict]:
+  """A finished run's rows for launch.sweep's tables."""
+  return wd_lib.read_jsonl(os.path.join(workdir, f"{config.get('report', 'ablations')}.jsonl"))
+
+
 if __name__ == "__main__":
   cli.run_app(run, "Ablation or utility-options config.")

@@ -192,5 +192,11 @@ def run(config, workdir: str) -> list[dict]:
   return summary
 
 
+def sweep_rows(config, workdir: str) -> list[dict]:
+  """A finished run's rows for launch.sweep's tables."""
+  del config
+  return wd_lib.read_jsonl(os.path.join(workdir, "queries_vs_accuracy.jsonl"))
+
+
 if __name__ == "__main__":
   cli.run_app(run, "Config.")

@@ -1,6 +1,7 @@
 """launch.grid and launch.sweep: grids, local runs that resume, SLURM scripts, tables."""
 
 import csv
+import importlib
 import os
 import signal
 import subprocess
@@ -48,13 +49,18 @@ def test_product_and_zip():
 
 
 def test_every_shipped_sweep_names_real_config_fields(tmp_path):
-  for path, names in (("experiments/configs/evaluate.py:tiny",
-                       ("sensitivity_L", "sensitivity_k", "epsilon", "seeds")),
-                      ("experiments/configs/medical_synth.py:tiny",
-                       ("epsilon", "clusters", "seeds"))):
+  every_config = (("experiments/configs/evaluate.py:tiny",
+                   ("sensitivity_L", "sensitivity_k", "epsilon", "seeds", "models", "datasets")),
+                  ("experiments/configs/medical_synth.py:tiny",
+                   ("epsilon", "clusters", "seeds", "tokens", "models")),
+                  ("experiments/configs/ablations.py:tiny", ("seeds", "models")),
+                  ("experiments/configs/utility_options.py:tiny", ("seeds", "models")),
+                  ("experiments/configs/queries_vs_accuracy.py:tiny", ("seeds", "models")))
+  for path, names in every_config:
     for name in names:
       sweep = sweep_lib.Sweep(os.path.join(REPO, path), name, str(tmp_path))
       assert len(sweep.points) >= 3
+      importlib.import_module(sweep.app).sweep_rows  # pylint: disable=expression-not-assigned
   sweep = sweep_lib.Sweep(os.path.join(REPO, "experiments/configs/evaluate.py:tiny"),
                           "sensitivity_L", str(tmp_path))
   assert [sweep.config_of(p).dp_synrag.clustering.L for p in sweep.points] == [1, 3, 5, 7, 10]

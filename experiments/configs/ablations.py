@@ -15,6 +15,9 @@ evaluation's work dir to reuse its full-method build. `variants` is comma-separa
 import ml_collections
 
 from experiments.configs import evaluate
+from launch import grid
+
+APP = "experiments.ablations"   # what launch.sweep runs with this config
 
 
 def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
@@ -30,3 +33,15 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
     # ablation would compare two unfiltered runs (BUILD_NOTES.md).
     config.variants = "full,no_rerank,hard"
   return config
+
+
+def get_sweep(name: str) -> list[dict]:
+  """Override dicts, one per run: 'seeds' (0..4, one run each) or 'models' (the paper's three
+  readers and generators; for accelerators)."""
+  sweeps = {
+      "seeds": lambda: grid.product({"seeds": ["0", "1", "2", "3", "4"]}),
+      "models": lambda: grid.product({"model.lm": list(evaluate.PAPER_MODELS)}),
+  }
+  if name not in sweeps:
+    raise ValueError(f"Unknown sweep {name!r}; expected one of {sorted(sweeps)}.")
+  return sweeps[name]()

@@ -16,6 +16,8 @@ Sweeps (get_sweep; python -m launch.sweep --config=experiments/configs/evaluate.
   sensitivity_k   DP-SynRAG only, k in 40, 80, 120
   epsilon         every method, eps in 3, 5, 10, 20
   seeds           every method, seeds 0..4 (one run per seed)
+  models          the paper's three models (accelerators; --config.model.dtype=bfloat16)
+  datasets        one run per dataset (set --config.paths.* for MovieLens and SearchQA)
 """
 
 import ml_collections
@@ -24,6 +26,7 @@ from experiments.configs import medical_synth
 from launch import grid
 
 APP = "experiments.evaluate"   # what launch.sweep runs with this config
+PAPER_MODELS = ("phi-4-mini-instruct", "gemma-2-2b-it", "llama-3.1-8b-instruct")
 
 
 def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
@@ -92,6 +95,8 @@ def get_sweep(name: str) -> list[dict]:
                                             {"dp_synrag.clustering.k": [40, 80, 120]}),
       "epsilon": lambda: grid.product({"epsilon": [3.0, 5.0, 10.0, 20.0]}),
       "seeds": lambda: grid.product({"seeds": ["0", "1", "2", "3", "4"]}),
+      "models": lambda: grid.product({"model.lm": list(PAPER_MODELS)}),
+      "datasets": lambda: grid.product({"datasets": ["medical", "movielens", "searchqa"]}),
   }
   if name not in sweeps:
     raise ValueError(f"Unknown sweep {name!r}; expected one of {sorted(sweeps)}.")

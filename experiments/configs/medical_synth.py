@@ -17,6 +17,8 @@ Sweeps (get_sweep; python -m launch.sweep --config=experiments/configs/medical_s
   epsilon        eps in 3, 5, 10, 20 x both accountants
   clusters       (R, k) paired: (100, 40), (300, 80), (500, 120)
   seeds          seeds 0..4
+  tokens         T in 32, 64, 96 x K in 5, 10
+  models         the paper's three models (accelerators; --config.model.dtype=bfloat16)
 """
 
 import ml_collections
@@ -123,6 +125,9 @@ def get_sweep(name: str) -> list[dict]:
       "clusters": lambda: grid.zipped({"clustering.R": [100, 300, 500],
                                        "clustering.k": [40, 80, 120]}),
       "seeds": lambda: grid.product({"seed": [0, 1, 2, 3, 4]}),
+      "tokens": lambda: grid.product({"generation.T": [32, 64, 96], "keywords.K": [5, 10]}),
+      "models": lambda: grid.product({"model.lm": ["phi-4-mini-instruct", "gemma-2-2b-it",
+                                                   "llama-3.1-8b-instruct"]}),
   }
   if name not in sweeps:
     raise ValueError(f"Unknown sweep {name!r}; expected one of {sorted(sweeps)}.")
