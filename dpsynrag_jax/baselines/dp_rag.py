@@ -19,6 +19,7 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tqdm
 
 from dpsynrag_jax import privacy
 from dpsynrag_jax.baselines.base import Answers, Method
@@ -78,7 +79,8 @@ class DPRAG(Method):
       raise RuntimeError("Call build() first.")
     answers, contexts = [], []
     query_vectors = self.encoder.embed(list(questions)) if questions else []
-    for q, vector in zip(questions, query_vectors):
+    for q, vector in tqdm.tqdm(list(zip(questions, query_vectors)), desc="DP-RAG questions",
+                               unit="question", disable=len(questions) < 2):
       key = jax.random.fold_in(jax.random.PRNGKey(self.seed), self.asked)
       # Charged before the mechanisms run; raises BudgetExceededError past the plan.
       self.ledger.record(privacy.make_entry("exponential", {"epsilon": self.eps_r},

@@ -18,6 +18,7 @@ import math
 
 import jax
 import numpy as np
+import tqdm
 
 from dpsynrag_jax import privacy
 from dpsynrag_jax.baselines.base import RetrievalMethod, Retriever
@@ -67,8 +68,9 @@ class DPSynth(RetrievalMethod):
       for b in group:
         self.ledger.record_tokens(b, self.T, self.c, self.tau)
 
-    tokens = decode_many(predictor, suffixes, lambda b: jax.random.fold_in(key, b),
-                         before_group=charge)
+    with tqdm.tqdm(total=num_batches, desc="DP-Synth decode", unit="batch") as bar:
+      tokens = decode_many(predictor, suffixes, lambda b: jax.random.fold_in(key, b),
+                           before_group=charge, progress=bar)
     texts = [predictor.text(tokens[b]) for b in range(num_batches)]
     keep = np.array([bool(t) for t in texts])
     prompt = self.task.self_filter_prompt

@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tqdm
 
 from dpsynrag_jax.models import gguf_loader, inference, kv_cache, weight_maps
 from dpsynrag_jax.models.checkpoint import (CheckpointError, read_json, read_safetensors,
@@ -160,10 +161,14 @@ class LanguageModel:
       raise ValueError("max_new_tokens must be >= 1.")
     texts = [self.chat_prompt(p) if chat else p for p in prompts]
     token_lists = self.encode(texts)
-    out: list[list[int]] = []
+    # Batches of similar lengths pad less: run in length order, answer in the caller's order.
+    order = sorted(range(len(token_lists)), key=lambda i: len(token_lists[i]))
+    out: list[list[int]] = [[] for _ in token_lists]
     key = jax.random.PRNGKey(seed)
-    for start in range(0, len(token_lists), batch_size):
-      chunk = token_lists[start:start + batch_size]
+    starts = range(0, len(order), batch_size)
+    for start in tqdm.tqdm(starts, desc="generate", unit="batch", disable=len(starts) < 3):
+      rows = order[start:start + batch_size]
+      chunk = [token_lists[i] for i in rows]
       capacity = bucket_length(max(map(len, chunk))) + bucket_length(max_new_tokens)
       logits, cache = self.prefill(chunk, capacity)
       tokens, lengths = inference.decode_loop(
@@ -172,7 +177,8 @@ class LanguageModel:
           select=inference.Sampler(float(temperature)), eos_ids=self.eos_ids,
           pad_id=self.pad_id)
       tokens, lengths = np.asarray(tokens), np.asarray(lengths)
-      out.extend(tokens[i, :lengths[i]].tolist() for i in range(len(chunk)))
+      for j, i in enumerate(rows):
+        out[i] = tokens[j, :lengths[j]].tolist()
     return out
 
 
