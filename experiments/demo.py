@@ -2,7 +2,7 @@
 
     python -m experiments.demo --workdir=runs/demo
 
-1. Builds the database with experiments/configs/medical_synth.py:demo (1000 notes, SmolLM2-135M,
+1. Builds the database with experiments/configs/medical_synth.py:demo (2000 notes, SmolLM2-135M,
    MiniLM, eps = 10) unless the work directory already holds that finished build.
 2. Prints the budget spent and the synthetic texts.
 3. Answers 5 held-out patients' questions by retrieving from the synthetic texts only.
@@ -43,8 +43,9 @@ def _reuse_or_build(config, workdir: str) -> float:
   return time.time() - start
 
 
-def run(workdir: str, num_questions: int, top_k: int) -> None:
-  config = medical_synth.get_config("demo")
+def run(workdir: str, num_questions: int, top_k: int, config_arg: str = "demo") -> None:
+  """config_arg: the medical_synth config ('tiny' in tests)."""
+  config = medical_synth.get_config(config_arg)
   build_seconds = _reuse_or_build(config, workdir)
   ledger = json.load(open(os.path.join(workdir, wd_lib.LEDGER)))
   records = wd_lib.read_jsonl(os.path.join(workdir, wd_lib.SYNTHETIC_DB))

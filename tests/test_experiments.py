@@ -169,3 +169,13 @@ def test_dp_rag_sessions_charge_each_session_its_whole_budget(monkeypatch):
   assert len(out.answers) == 5
   assert [c for c in calls if c[0] == "answer"] == [("answer", 2), ("answer", 2), ("answer", 1)]
   assert all(c[1] == 3.0 for c in calls if c[0] == "build")
+
+
+def test_demo_runs_end_to_end_on_the_tiny_config(tmp_path, capsys):
+  from experiments import demo  # pylint: disable=g-import-not-at-top
+  demo.run(str(tmp_path), num_questions=2, top_k=3, config_arg="tiny")
+  out = capsys.readouterr().out
+  assert "spent epsilon = 10.000" in out
+  assert "answers name the right disease" in out
+  demo.run(str(tmp_path), num_questions=2, top_k=3, config_arg="tiny")
+  assert "Reusing the finished build" in capsys.readouterr().out
