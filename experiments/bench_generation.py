@@ -30,18 +30,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-_MODEL = flags.DEFINE_string(
-    "model", "smollm2-135m-instruct",
-    "Model preset or path, or random:SHAPE for a randomly initialised model of a shape in "
-    "RANDOM_SHAPES (no download; ours only).")
-_DOCS = flags.DEFINE_integer("docs", 64, "Documents in the cluster.")
-_T = flags.DEFINE_integer("T", 70, "Private tokens.")
-_PAIRS = flags.DEFINE_integer("pairs", 5, "Timed ours/reference pairs.")
-_C = flags.DEFINE_float("c", 0.106, "Clipping bound (c/tau of the paper's calibration).")
-_JSON_OUT = flags.DEFINE_string("json_out", "", "Where to write the JSON report.")
-_REFERENCE = flags.DEFINE_bool("reference", True, "Run the PyTorch reference.")
-_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
-                           "Our weights and activations (the reference stays float32).")
+
+def define_flags() -> None:
+  """The app's flags, defined when it runs (not on import: apps import side by side)."""
+  flags.DEFINE_string(
+      "model", "smollm2-135m-instruct",
+      "Model preset or path, or random:SHAPE for a randomly initialised model of a shape in "
+      "RANDOM_SHAPES (no download; ours only).")
+  flags.DEFINE_integer("docs", 64, "Documents in the cluster.")
+  flags.DEFINE_integer("T", 70, "Private tokens.")
+  flags.DEFINE_integer("pairs", 5, "Timed ours/reference pairs.")
+  flags.DEFINE_float("c", 0.106, "Clipping bound (c/tau of the paper's calibration).")
+  flags.DEFINE_string("json_out", "", "Where to write the JSON report.")
+  flags.DEFINE_bool("reference", True, "Run the PyTorch reference.")
+  flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
+                    "Our weights and activations (the reference stays float32).")
 
 
 def _llama31_8b(**overrides):
@@ -289,14 +292,15 @@ def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool,
 
 def main(argv):
   del argv
-  report = run(_MODEL.value, _DOCS.value, _T.value, _PAIRS.value, _C.value, _REFERENCE.value,
-               _DTYPE.value)
+  report = run(flags.FLAGS.model, flags.FLAGS.docs, flags.FLAGS.T, flags.FLAGS.pairs, flags.FLAGS.c, flags.FLAGS.reference,
+               flags.FLAGS.dtype)
   text = json.dumps(report, indent=1)
   print(text)
-  if _JSON_OUT.value:
-    with open(_JSON_OUT.value, "w", encoding="utf-8") as f:
+  if flags.FLAGS.json_out:
+    with open(flags.FLAGS.json_out, "w", encoding="utf-8") as f:
       f.write(text + "\n")
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

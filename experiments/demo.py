@@ -28,9 +28,12 @@ from dpsynrag_jax.synrag import pipeline
 from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments.configs import medical_synth
 
-_WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where the demo's database goes.")
-_QUESTIONS = flags.DEFINE_integer("questions", 5, "Held-out questions to answer.")
-_TOP_K = flags.DEFINE_integer("top_k", 10, "Synthetic texts retrieved per question.")
+
+def define_flags() -> None:
+  """The app's flags, defined when it runs (not on import: apps import side by side)."""
+  flags.DEFINE_string("workdir", "runs/demo", "Where the demo's database goes.")
+  flags.DEFINE_integer("questions", 5, "Held-out questions to answer.")
+  flags.DEFINE_integer("top_k", 10, "Synthetic texts retrieved per question.")
 
 
 def _reuse_or_build(config, workdir: str) -> float:
@@ -92,8 +95,9 @@ def run(workdir: str, num_questions: int, top_k: int, config_arg: str = "demo") 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  run(_WORKDIR.value, _QUESTIONS.value, _TOP_K.value)
+  run(flags.FLAGS.workdir, flags.FLAGS.questions, flags.FLAGS.top_k)
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -27,8 +27,11 @@ from experiments import evaluate
 from experiments import cli
 from experiments import reporting
 
-_EDGES = flags.DEFINE_list("edges", ["1", "10", "30", "60"],
-                           "Lower edges of the support buckets (documents per answer).")
+
+def define_flags() -> None:
+  """The app's flags, defined when it runs (not on import: apps import side by side)."""
+  flags.DEFINE_list("edges", ["1", "10", "30", "60"],
+                    "Lower edges of the support buckets (documents per answer).")
 
 
 def support(task: Task, golds: Sequence[Sequence[str]]) -> list[int]:
@@ -159,9 +162,10 @@ def run(config, workdir: str, edges: Sequence[int]) -> list[dict]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  run(cli.FLAGS.config, cli.FLAGS.workdir, _EDGES.value)
+  run(cli.FLAGS.config, cli.FLAGS.workdir, flags.FLAGS.edges)
 
 
 if __name__ == "__main__":
+  define_flags()
   cli.define_config_and_workdir("Evaluation config.")
   app.run(main)

@@ -39,17 +39,6 @@ import ml_collections
 
 from launch import grid
 
-_CONFIG = flags.DEFINE_string("config", None, "Config file, FILE or FILE:ARG.")
-_SWEEP = flags.DEFINE_string("sweep", None, "Name of a sweep of the config's get_sweep.")
-_RUNNER = flags.DEFINE_enum("runner", "local", ["local", "slurm", "aggregate"], "Where to run.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Sweeps go to WORKDIR/NAME/POINT.")
-_PYTHON = flags.DEFINE_string("python", sys.executable, "Interpreter of the runs.")
-_SLURM_GPUS = flags.DEFINE_integer("slurm_gpus", 1, "GPUs per array task.")
-_SLURM_CPUS = flags.DEFINE_integer("slurm_cpus", 8, "CPUs per array task.")
-_SLURM_MEM = flags.DEFINE_string("slurm_mem", "64G", "Memory per array task.")
-_SLURM_TIME = flags.DEFINE_string("slurm_time", "04:00:00", "Time limit per array task.")
-_SLURM_PARTITION = flags.DEFINE_string("slurm_partition", "", "Partition (empty: default).")
-_SLURM_PARALLEL = flags.DEFINE_integer("slurm_parallel", 0, "Array tasks at once (0: no cap).")
 
 DONE = "SWEEP_DONE"
 
@@ -121,6 +110,21 @@ class Sweep:
                             "command": shlex.join(self.command(p))} for p in self.points]}
     with open(os.path.join(self.dir, "sweep.json"), "w", encoding="utf-8") as f:
       json.dump(manifest, f, indent=1)
+
+
+def define_flags() -> None:
+  """The app's flags, defined when it runs (not on import: apps import side by side)."""
+  flags.DEFINE_string("config", None, "Config file, FILE or FILE:ARG.")
+  flags.DEFINE_string("sweep", None, "Name of a sweep of the config's get_sweep.")
+  flags.DEFINE_enum("runner", "local", ["local", "slurm", "aggregate"], "Where to run.")
+  flags.DEFINE_string("workdir", None, "Sweeps go to WORKDIR/NAME/POINT.")
+  flags.DEFINE_string("python", sys.executable, "Interpreter of the runs.")
+  flags.DEFINE_integer("slurm_gpus", 1, "GPUs per array task.")
+  flags.DEFINE_integer("slurm_cpus", 8, "CPUs per array task.")
+  flags.DEFINE_string("slurm_mem", "64G", "Memory per array task.")
+  flags.DEFINE_string("slurm_time", "04:00:00", "Time limit per array task.")
+  flags.DEFINE_string("slurm_partition", "", "Partition (empty: default).")
+  flags.DEFINE_integer("slurm_parallel", 0, "Array tasks at once (0: no cap).")
 
 
 def run_local(sweep: Sweep) -> None:
@@ -268,14 +272,14 @@ def _plot(sweep: Sweep, rows: Sequence[dict]) -> None:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  sweep = Sweep(_CONFIG.value, _SWEEP.value, _WORKDIR.value, _PYTHON.value)
-  if _RUNNER.value == "slurm":
-    path = run_slurm(sweep, gpus=_SLURM_GPUS.value, cpus=_SLURM_CPUS.value,
-                     mem=_SLURM_MEM.value, time_limit=_SLURM_TIME.value,
-                     partition=_SLURM_PARTITION.value, parallel=_SLURM_PARALLEL.value)
+  sweep = Sweep(flags.FLAGS.config, flags.FLAGS.sweep, flags.FLAGS.workdir, flags.FLAGS.python)
+  if flags.FLAGS.runner == "slurm":
+    path = run_slurm(sweep, gpus=flags.FLAGS.slurm_gpus, cpus=flags.FLAGS.slurm_cpus,
+                     mem=flags.FLAGS.slurm_mem, time_limit=flags.FLAGS.slurm_time,
+                     partition=flags.FLAGS.slurm_partition, parallel=flags.FLAGS.slurm_parallel)
     print(f"Wrote {path} ({len(sweep.points)} array tasks). Submit with: sbatch {path}")
     return
-  if _RUNNER.value == "local":
+  if flags.FLAGS.runner == "local":
     run_local(sweep)
   rows = collect(sweep)
   write_tables(sweep, rows)
@@ -284,5 +288,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flags_as_required(["config", "sweep", "workdir"])
   app.run(main)
