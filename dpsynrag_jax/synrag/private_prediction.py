@@ -79,7 +79,9 @@ class PrivateTokenSelector:
 
   def __call__(self, key, logits, aux):
     doc_mask, public_mask = aux
-    public = jnp.sum(jnp.where(public_mask[:, None], logits, 0.0), axis=0)
+    # The public row's logits [V], only when an option reads them (a [B, V] reduction per step).
+    public = (jnp.sum(jnp.where(public_mask[:, None], logits, 0.0), axis=0)
+              if self.needs_public_row else None)
     if self.method == "difference":
       utility = (jax.nn.log_softmax(public) +
                  privacy.difference_clipped_sum(logits, doc_mask, public, self.c))
