@@ -101,3 +101,11 @@ def get_sweep(name: str) -> list[dict]:
   if name not in sweeps:
     raise ValueError(f"Unknown sweep {name!r}; expected one of {sorted(sweeps)}.")
   return sweeps[name]()
+
+
+def get_seed_or_model_sweep(name: str) -> list[dict]:
+  """The sweeps the derived configs (ablations, utility options, queries vs accuracy) offer:
+  'seeds' (0..4, one run each) or 'models' (the paper's three; for accelerators)."""
+  if name not in ("seeds", "models"):
+    raise ValueError(f"Unknown sweep {name!r}; expected one of ['models', 'seeds'].")
+  return get_sweep(name)

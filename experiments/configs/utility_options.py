@@ -13,7 +13,6 @@ variant spends the same (eps, delta); the ledger says so in the 'epsilon spent' 
 import ml_collections
 
 from experiments.configs import evaluate
-from launch import grid
 
 APP = "experiments.ablations"   # what launch.sweep runs with this config
 
@@ -31,13 +30,5 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
   return config
 
 
-def get_sweep(name: str) -> list[dict]:
-  """Override dicts, one per run: 'seeds' (0..4, one run each) or 'models' (the paper's three
-  readers and generators; for accelerators)."""
-  sweeps = {
-      "seeds": lambda: grid.product({"seeds": ["0", "1", "2", "3", "4"]}),
-      "models": lambda: grid.product({"model.lm": list(evaluate.PAPER_MODELS)}),
-  }
-  if name not in sweeps:
-    raise ValueError(f"Unknown sweep {name!r}; expected one of {sorted(sweeps)}.")
-  return sweeps[name]()
+# Sweeps: seeds or models, as every derived config.
+get_sweep = evaluate.get_seed_or_model_sweep
