@@ -141,23 +141,12 @@ class Ours:
     self.suffixes = self.predictor.suffixes(documents)
     self.shape = self.predictor.shape_of(self.suffixes)
     self.key = jax.random.PRNGKey(0)
-    self._prefill = jax.jit(self._prefill_only)
-
-  def _prefill_only(self, params, prefix_k, prefix_v, tokens, lengths):
-    from dpsynrag_jax.models import inference, kv_cache  # pylint: disable=g-import-not-at-top
-    p = self.predictor
-    cache = kv_cache.with_prefix(
-        kv_cache.init_cache(p.lm.config, tokens.shape[0], len(p.prefix) + tokens.shape[1] + p.T,
-                            p.lm.dtype), prefix_k, prefix_v)
-    logits, cache = inference.extend(params, p.lm.config, p.lm.dtype, cache, tokens, lengths)
-    return logits, cache.k
 
   def prefill(self) -> float:
-    p = self.predictor
-    tokens, lengths, _, _ = p._pack(self.suffixes, None, *self.shape)  # pylint: disable=protected-access
+    """Seconds of the prefill phase alone (the chunked suffix prefill after the prefix)."""
+    arrays = self.predictor.pack_group([self.suffixes], self.shape)
     start = time.perf_counter()
-    out = self._prefill(p._params, *p._prefix_kv, jnp.asarray(tokens), jnp.asarray(lengths))  # pylint: disable=protected-access
-    jax.block_until_ready(out)
+    jax.block_until_ready(self.predictor.prefill_group(arrays))
     return time.perf_counter() - start
 
   def run(self) -> float:

@@ -9,8 +9,7 @@ import pytest
 
 from dpsynrag_jax.models import inference, load_lm
 from dpsynrag_jax.synrag import self_filter
-from dpsynrag_jax.synrag.private_prediction import (PrivatePredictor, PrivateTokenSelector,
-                                                    _group_program, _Static)
+from dpsynrag_jax.synrag.private_prediction import PrivatePredictor, PrivateTokenSelector
 
 NOTE = ("Given the symptoms (Severe tooth sensitivity, Uncontrollable craving for cheese, Sudden "
         "urge to dance the polka) of Lena Kroger. The diagnosis is Norglesnap Fever, the "
@@ -36,19 +35,14 @@ def test_padded_rows_contribute_nothing(tiny_lm):
   pp = PrivatePredictor(tiny_lm, c=0.3, tau=1.0, T=6)
   suffixes = pp.suffixes([NOTE, NOTE.replace("Lena", "Ana"), "short"])
   shape = pp.shape_of(suffixes)
-  packed = pp._pack(suffixes, None, *shape)
+  packed = pp.pack_group([suffixes], shape)
   garbage = [a.copy() for a in packed]
   rng = np.random.default_rng(0)
-  garbage[0][3:] = rng.integers(0, 49152, size=garbage[0][3:].shape)
-  garbage[1][3:] = shape[1]  # padded rows claim full length
-  static = _Static(cfg=tiny_lm.config, dtype=tiny_lm.dtype, capacity=len(pp.prefix) + shape[1] + 6,
-                   T=6, selector=pp.selector, eos_ids=tiny_lm.eos_ids, pad_id=tiny_lm.pad_id,
-                   mesh=pp.mesh)
-  run = lambda arrays: _group_program(static)(
-      pp._params, *pp._prefix_kv, *[a[None] for a in arrays],
-      jax.random.PRNGKey(5)[None])
-  clean, dirty = run(packed), run(garbage)
-  np.testing.assert_array_equal(np.asarray(clean[0]), np.asarray(dirty[0]))
+  garbage[0][0, 3:] = rng.integers(0, 49152, size=garbage[0][0, 3:].shape)
+  garbage[1][0, 3:] = shape[1]  # padded rows claim full length
+  key = [jax.random.PRNGKey(5)]
+  clean, dirty = pp.decode_arrays(packed, key), pp.decode_arrays(garbage, key)
+  np.testing.assert_array_equal(clean[0], dirty[0])
 
 
 def test_selector_broadcasts_one_token_and_ignores_masked_rows():
@@ -120,3 +114,21 @@ def test_self_filter_runs_the_paper_prompt_on_a_real_model(smollm2):
   odds = self_filter.yes_no_log_odds(smollm2, [NOTE, "Apples are red."],
                                      self_filter.FILTER_PROMPTS["medical"])
   assert odds.shape == (2,) and np.all(np.isfinite(odds))
+
+
+def test_clusters_in_the_same_buckets_share_compiled_programs(tiny_lm):
+  """A second cluster of another size and other prompt lengths, in the same row / length /
+  chunk buckets, traces nothing new; a cluster in a longer bucket does."""
+  pp = PrivatePredictor(tiny_lm, c=0.3, tau=1.0, T=3)
+  first = pp.suffixes([NOTE] * 20)
+  second = pp.suffixes([NOTE.replace("Lena Kroger", "Al")] * 18 + [NOTE[:150]] * 3)
+  assert pp.shape_of(first) == pp.shape_of(second)
+  pp.decode_group([first], [jax.random.PRNGKey(0)], pp.shape_of(first))
+  before = dict(inference.TRACE_COUNTS)
+  pp.decode_group([second], [jax.random.PRNGKey(1)], pp.shape_of(second))
+  assert {k: inference.TRACE_COUNTS[k] - before.get(k, 0)
+          for k in ("private_prefill", "private_decode")} == {"private_prefill": 0,
+                                                             "private_decode": 0}
+  longer = pp.suffixes([NOTE + " " + NOTE] * 20)
+  pp.decode_group([longer], [jax.random.PRNGKey(2)], pp.shape_of(longer))
+  assert inference.TRACE_COUNTS["private_decode"] - before["private_decode"] == 1

@@ -5,8 +5,8 @@ Axis letters: B batch, S new tokens in this call, C cache slots, L layers, D mod
 N query heads, K key/value heads, G = N / K query heads per KV head, H head width, V vocabulary.
 
 Every call extends a KV cache: it reads the cache (read-only, scanned per layer) and returns the
-new tokens' keys and values [L, B, K, S, H]; the caller writes them in one update outside the
-layer scan (see kv_cache.py). A full forward without cache is the same call with C = 0.
+new tokens' keys [L, B, K, H, S] and values [L, B, K, S, H] (keys are stored transposed, see
+kv_cache.py); the caller writes them in one update outside the layer scan. A full forward without cache is the same call with C = 0.
 """
 
 from __future__ import annotations
@@ -52,9 +52,10 @@ class Attention(nn.Module):
 
   @nn.compact
   def __call__(self, x, cos, sin, positions, cache_k, cache_v, cache_positions, window):
-    """x [B, S, D]; positions [B, S]; cache_k/v [B, K, C, H]; cache_positions [B, C]; window.
+    """x [B, S, D]; positions [B, S]; cache_k [B, K, H, C]; cache_v [B, K, C, H];
+    cache_positions [B, C]; window.
 
-    Returns (out [B, S, D], k [B, K, S, H], v [B, K, S, H]).
+    Returns (out [B, S, D], k [B, K, H, S], v [B, K, S, H]).
     """
     cfg = self.cfg
     b, s, _ = x.shape
@@ -66,7 +67,7 @@ class Attention(nn.Module):
     q = rope.apply_rotary(q.reshape(b, s, cfg.num_heads, cfg.head_dim), cos, sin)
     k = rope.apply_rotary(k.reshape(b, s, cfg.num_kv_heads, cfg.head_dim), cos, sin)
     v = v.reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
-    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)             # [B, K, S, H]
+    k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)       # [B, K, H, S], [B, K, S, H]
 
     groups = cfg.num_heads // cfg.num_kv_heads
     # Queries of a KV head's G heads and S positions form one [G * S, H] block per (b, k): each
@@ -76,8 +77,8 @@ class Attention(nn.Module):
     qg = (qg * jnp.asarray(cfg.attention_scale, q.dtype)).reshape(
         b, cfg.num_kv_heads, groups * s, cfg.head_dim)                   # [B, K, G*S, H]
     f32 = jnp.float32
-    scores_cache = jnp.einsum("bkqh,bkch->bkqc", qg, cache_k, preferred_element_type=f32)
-    scores_new = jnp.einsum("bkqh,bkth->bkqt", qg, k, preferred_element_type=f32)
+    scores_cache = jnp.einsum("bkqh,bkhc->bkqc", qg, cache_k, preferred_element_type=f32)
+    scores_new = jnp.einsum("bkqh,bkht->bkqt", qg, k, preferred_element_type=f32)
     split = lambda t: t.reshape(b, cfg.num_kv_heads, groups, s, t.shape[-1])
     scores_cache, scores_new = split(scores_cache), split(scores_new)  # [B, K, G, S, C|S]
 
@@ -94,7 +95,7 @@ class Attention(nn.Module):
         jnp.where(cache_ok, _softcap(scores_cache, cap), _NEG_INF),
         jnp.where(new_ok, _softcap(scores_new, cap), _NEG_INF)], axis=-1)
     probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
-    c = cache_k.shape[2]
+    c = cache_v.shape[2]
     merge = lambda t: t.reshape(b, cfg.num_kv_heads, groups * s, t.shape[-1])
     out = (jnp.einsum("bkqc,bkch->bkqh", merge(probs[..., :c]), cache_v) +
            jnp.einsum("bkqt,bkth->bkqh", merge(probs[..., c:]), v))      # [B, K, G*S, H]
@@ -154,13 +155,13 @@ class Decoder(nn.Module):
 
     Args:
       tokens: [B, S] int32; row b's valid new tokens are its first ones (right padding).
-      cache_k, cache_v: [L, B, K, C, H]; C may be 0 (no cache).
+      cache_k: [L, B, K, H, C], cache_v: [L, B, K, C, H]; C may be 0 (no cache).
       cache_positions: [B, C] int32 position held by each cache slot, -1 when empty.
       lengths: [B] int32, tokens already in the cache per row (the first new token's position).
       logits_index: None for logits at every new position, or [B] int32 picking one position.
 
     Returns:
-      (logits [B, S, V] or [B, V] float32, new_k [L, B, K, S, H], new_v [L, B, K, S, H]).
+      (logits [B, S, V] or [B, V] float32, new_k [L, B, K, H, S], new_v [L, B, K, S, H]).
     """
     cfg = self.cfg
     embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=self.dtype,

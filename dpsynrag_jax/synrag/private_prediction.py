@@ -1,10 +1,12 @@
 """Private prediction: one synthetic text per cluster from the clipped sum of its documents'
 next-token logits (DP-SynRAG step 4). DP-Synth and DP-RAG use the same decode.
 
-Per cluster, on device, in one jitted program: the shared prompt prefix's KV cache (computed
-once per run) is broadcast to every row, each row's document suffix is prefilled, then T times:
-logits [B, V] -> clip each document row to [-c, c] -> masked sum (+ omega * public row) -> / tau
--> sample ONE token -> append it to every row -> decode step. EOS ends the text early.
+Per cluster, on device: the shared prompt prefix's KV cache (computed once per run) is
+broadcast to every row and the document suffixes are prefilled after it, in chunks of rows
+sorted by length (each chunk padded to its own longest row); then, in one jitted while loop,
+T times: logits [B, V] -> clip each document row to [-c, c] -> masked sum (+ omega * public
+row) -> / tau -> sample ONE token -> append it to every row -> decode step. EOS ends the text
+early.
 
 Clusters are independent: a group of D clusters with the same padded shapes runs as one
 shard_map over a 1-D mesh of the local devices, one cluster per device. A cluster's program and
@@ -100,12 +102,30 @@ class PrivateTokenSelector:
     return jnp.broadcast_to(token, logits.shape[:1]).astype(jnp.int32)
 
 
-def _cluster_program(params, prefix_k, prefix_v, tokens, lengths, doc_mask, public_mask, key, *,
-                     cfg, dtype, capacity, T, selector, eos_ids, pad_id):
-  """One cluster: prefix broadcast, suffix prefill, T private steps -> (tokens [T], count)."""
-  cache = kv_cache.with_prefix(kv_cache.init_cache(cfg, tokens.shape[0], capacity, dtype),
-                              prefix_k, prefix_v)
-  logits, cache = inference.extend(params, cfg, dtype, cache, tokens, lengths)
+PREFILL_CHUNK = ROW_BUCKET  # rows per prefill call
+
+
+def _prefill_rows(params, prefix_k, prefix_v, cache, logits, tokens, lengths, row0, *, cfg,
+                  dtype):
+  """Prefills one chunk of a cluster's rows after the shared prefix.
+
+  tokens [b, S_c] and lengths [b] are rows row0 .. row0 + b - 1. The chunk runs against a b-row
+  cache of P + S_c slots, then lands in the cluster's cache [B, C] (same slots) and its
+  next-token logits in logits [B, V].
+  """
+  p = prefix_v.shape[3]
+  chunk = kv_cache.with_prefix(kv_cache.init_cache(cfg, tokens.shape[0], p + tokens.shape[1],
+                                                   dtype), prefix_k, prefix_v)
+  chunk_logits, chunk = inference.extend(params, cfg, dtype, chunk, tokens, lengths)
+  zero = jnp.zeros((), jnp.int32)
+  return (kv_cache.write_rows(cache, chunk, row0),
+          jax.lax.dynamic_update_slice(logits, chunk_logits, (row0, zero)))
+
+
+def _decode_rows(params, cache, logits, doc_mask, public_mask, key, *, cfg, dtype, T, selector,
+                 eos_ids, pad_id):
+  """T private steps over a prefilled cluster cache [B, P + S + T] -> (tokens [T], count)."""
+  cache = cache.replace(cursor=jnp.asarray(cache.capacity - T, jnp.int32))
   out, count = inference.run_decode_loop(
       params, cfg, dtype, cache, logits, key, (doc_mask, public_mask), max_new_tokens=T,
       select=selector, eos_ids=eos_ids, pad_id=pad_id)
@@ -125,23 +145,59 @@ class _Static:
   mesh: Mesh
 
 
-@functools.lru_cache(maxsize=64)
-def _group_program(static: _Static):
-  """jit(shard_map(cluster program)) over the mesh's 'clusters' axis; cached per static."""
-  program = functools.partial(
-      _cluster_program, cfg=static.cfg, dtype=static.dtype, capacity=static.capacity,
-      T=static.T, selector=static.selector, eos_ids=static.eos_ids, pad_id=static.pad_id)
-
-  def per_device(params, prefix_k, prefix_v, tokens, lengths, doc_mask, public_mask, keys):
-    inference.TRACE_COUNTS["private_cluster"] += 1
-    out, count = program(params, prefix_k, prefix_v, tokens[0], lengths[0], doc_mask[0],
-                         public_mask[0], keys[0])
-    return out[None], count[None]
-
+def _sharded(static: _Static, per_device, num_split: int, num_same: int, donate=()):
+  """jit(shard_map(per_device)): the first num_same arguments replicated, the next num_split
+  split over the mesh's 'clusters' axis (one cluster per device, leading axis), outputs split."""
   split, same = PartitionSpec("clusters"), PartitionSpec()
-  return jax.jit(jax.shard_map(
-      per_device, mesh=static.mesh, in_specs=(same, same, same) + (split,) * 5,
-      out_specs=(split, split), check_vma=False))
+  return jax.jit(jax.shard_map(per_device, mesh=static.mesh,
+                               in_specs=(same,) * num_same + (split,) * num_split,
+                               out_specs=split, check_vma=False),
+                 donate_argnums=donate)
+
+
+def _first(tree):
+  return jax.tree.map(lambda a: a[0], tree)
+
+
+def _lead(tree):
+  return jax.tree.map(lambda a: a[None], tree)
+
+
+@functools.lru_cache(maxsize=64)
+def _empty_program(static: _Static, rows: int):
+  """() -> (cache [G, ...] of `rows` rows and static.capacity slots, logits [G, rows, V])."""
+  g = static.mesh.devices.size
+
+  def make():
+    cache = kv_cache.init_cache(static.cfg, rows, static.capacity, static.dtype)
+    logits = jnp.zeros((rows, static.cfg.vocab_size), jnp.float32)
+    return jax.tree.map(lambda a: jnp.broadcast_to(a, (g,) + a.shape), (cache, logits))
+
+  return jax.jit(make, out_shardings=NamedSharding(static.mesh, PartitionSpec("clusters")))
+
+
+@functools.lru_cache(maxsize=64)
+def _prefill_program(static: _Static):
+  """Group program of _prefill_rows; the cache and logits buffers are donated."""
+  def per_device(params, prefix_k, prefix_v, row0, cache, logits, tokens, lengths):
+    inference.TRACE_COUNTS["private_prefill"] += 1
+    out = _prefill_rows(params, prefix_k, prefix_v, _first(cache), logits[0], tokens[0],
+                        lengths[0], row0, cfg=static.cfg, dtype=static.dtype)
+    return _lead(out)
+  return _sharded(static, per_device, num_split=4, num_same=4, donate=(4, 5))
+
+
+@functools.lru_cache(maxsize=64)
+def _decode_program(static: _Static):
+  """Group program of _decode_rows (the while loop updates its own copy of the cache in place;
+  nothing to donate: no output has the cache's shape)."""
+  def per_device(params, cache, logits, doc_mask, public_mask, keys):
+    inference.TRACE_COUNTS["private_decode"] += 1
+    out = _decode_rows(params, _first(cache), logits[0], doc_mask[0], public_mask[0], keys[0],
+                       cfg=static.cfg, dtype=static.dtype, T=static.T, selector=static.selector,
+                       eos_ids=static.eos_ids, pad_id=static.pad_id)
+    return _lead(out)
+  return _sharded(static, per_device, num_split=5, num_same=1)
 
 
 class PrivatePredictor:
@@ -211,7 +267,7 @@ class PrivatePredictor:
       empty = kv_cache.init_cache(self.lm.config, 1, 0, self.lm.dtype)
       return empty.k, empty.v
     _, cache = self.lm.prefill([self.prefix], capacity=bucket_length(p))
-    return cache.k[:, :1, :, :p], cache.v[:, :1, :, :p]
+    return cache.k[:, :1, :, :, :p], cache.v[:, :1, :, :p]   # keys [L, 1, K, H, P]
 
   def suffixes(self, documents: Sequence[str]) -> list[list[int]]:
     """Each document's prompt tokens after the shared prefix."""
@@ -231,18 +287,22 @@ class PrivatePredictor:
 
   def _pack(self, suffixes: Sequence[Sequence[int]], public_suffix: Sequence[int] | None,
             rows: int, length: int):
-    """Host arrays of one cluster: tokens [B, S], lengths, doc_mask, public_mask."""
+    """Host arrays of one cluster: tokens [B, S], lengths, doc_mask, public_mask.
+
+    Real rows (documents, then the public row) come first, longest first, so the prefill's
+    chunks of PREFILL_CHUNK rows each pad only to their own longest row; the row order does not
+    change the mechanism (a masked sum over rows)."""
+    all_rows = list(suffixes) + ([public_suffix] if public_suffix is not None else [])
+    order = sorted(range(len(all_rows)), key=lambda i: -len(all_rows[i]))
     tokens = np.full((rows, length), self.lm.pad_id, np.int32)
     lengths = np.ones((rows,), np.int32)  # padded rows hold one pad token
     doc_mask = np.zeros((rows,), bool)
     public_mask = np.zeros((rows,), bool)
-    all_rows = list(suffixes) + ([public_suffix] if public_suffix is not None else [])
-    for i, s in enumerate(all_rows):
-      tokens[i, :len(s)] = s
-      lengths[i] = len(s)
-    doc_mask[:len(suffixes)] = True
-    if public_suffix is not None:
-      public_mask[len(suffixes)] = True
+    for row, i in enumerate(order):
+      tokens[row, :len(all_rows[i])] = all_rows[i]
+      lengths[row] = len(all_rows[i])
+      doc_mask[row] = i < len(suffixes)
+      public_mask[row] = i == len(suffixes)
     return tokens, lengths, doc_mask, public_mask
 
   def shape_of(self, suffixes: Sequence[Sequence[int]]) -> tuple[int, int]:
@@ -259,28 +319,62 @@ class PrivatePredictor:
   def _public_suffix(self):
     return self._public_suffix_tokens if self.selector.needs_public_row else None
 
+  def _static(self, length: int) -> _Static:
+    return _Static(cfg=self.lm.config, dtype=self.lm.dtype,
+                   capacity=len(self.prefix) + length + self.T, T=self.T,
+                   selector=self.selector, eos_ids=self.lm.eos_ids, pad_id=self.lm.pad_id,
+                   mesh=self.mesh)
+
+  def pack_group(self, clusters: Sequence[Sequence[Sequence[int]]], shape: tuple[int, int]):
+    """Host arrays [G, ...] (tokens, lengths, doc_mask, public_mask) of up to num_devices
+    clusters sharing `shape`, filled to G = num_devices with empty clusters (all rows masked)."""
+    if not 0 < len(clusters) <= self.num_devices:
+      raise ValueError(f"A group holds 1..{self.num_devices} clusters, got {len(clusters)}.")
+    packed = [self._pack(c, self._public_suffix(), *shape) for c in clusters]
+    packed += [self._pack([], self._public_suffix(), *shape)] * (self.num_devices - len(packed))
+    return [np.stack(a) for a in zip(*packed)]
+
+  def prefill_group(self, arrays):
+    """Prefills a packed group (pack_group) in chunks of PREFILL_CHUNK rows.
+
+    A chunk is padded to the bucket of its own longest row (rows are sorted by length) and a
+    chunk with no real row in any cluster is skipped. Compiled programs depend on (rows,
+    suffix bucket) and the chunk's bucket only, so clusters in the same buckets share them.
+
+    Returns device arrays: the cache [G, B, ...] and next-token logits [G, B, V].
+    """
+    tokens, lengths, doc_mask, public_mask = arrays
+    g, rows, length = tokens.shape
+    static = self._static(length)
+    split = NamedSharding(self.mesh, PartitionSpec("clusters"))
+    cache, logits = _empty_program(static, rows)()
+    real = doc_mask | public_mask
+    for row0 in range(0, rows, PREFILL_CHUNK):
+      rows_here = slice(row0, row0 + PREFILL_CHUNK)
+      if not real[:, rows_here].any():
+        continue
+      chunk_length = bucket_length(int(lengths[:, rows_here].max()))
+      chunk = [jax.device_put(np.ascontiguousarray(a), split)
+               for a in (tokens[:, rows_here, :chunk_length], lengths[:, rows_here])]
+      cache, logits = _prefill_program(static)(self._params, *self._prefix_kv,
+                                               jnp.asarray(row0, jnp.int32), cache, logits,
+                                               *chunk)
+    return cache, logits
+
+  def decode_arrays(self, arrays, keys: Sequence[jax.Array]) -> tuple[np.ndarray, np.ndarray]:
+    """Prefill and T private steps of a packed group -> (tokens [G, T], counts [G])."""
+    cache, logits = self.prefill_group(arrays)
+    keys = list(keys) + [jax.random.PRNGKey(0)] * (self.num_devices - len(keys))
+    split = NamedSharding(self.mesh, PartitionSpec("clusters"))
+    masks = [jax.device_put(a, split) for a in arrays[2:]]
+    tokens, counts = _decode_program(self._static(arrays[0].shape[2]))(
+        self._params, cache, logits, *masks, jax.device_put(jnp.stack(keys), split))
+    return np.asarray(tokens), np.asarray(counts)
+
   def decode_group(self, clusters: Sequence[Sequence[Sequence[int]]], keys: Sequence[jax.Array],
                    shape: tuple[int, int]) -> list[list[int]]:
     """Decodes up to num_devices clusters sharing `shape`; returns token ids per cluster."""
-    if not 0 < len(clusters) <= self.num_devices:
-      raise ValueError(f"A group holds 1..{self.num_devices} clusters, got {len(clusters)}.")
-    rows, length = shape
-    packed = [self._pack(c, self._public_suffix(), rows, length) for c in clusters]
-    keys = list(keys)
-    # Fill the group with empty clusters (all rows masked); their outputs are dropped.
-    while len(packed) < self.num_devices:
-      packed.append(self._pack([], self._public_suffix(), rows, length))
-      keys.append(jax.random.PRNGKey(0))
-    arrays = [np.stack(a) for a in zip(*packed)]
-    split = NamedSharding(self.mesh, PartitionSpec("clusters"))
-    arrays = [jax.device_put(a, split) for a in arrays]
-    keys = jax.device_put(jnp.stack(list(keys)), split)
-    static = _Static(cfg=self.lm.config, dtype=self.lm.dtype,
-                     capacity=len(self.prefix) + length + self.T, T=self.T,
-                     selector=self.selector, eos_ids=self.lm.eos_ids, pad_id=self.lm.pad_id,
-                     mesh=self.mesh)
-    tokens, counts = _group_program(static)(self._params, *self._prefix_kv, *arrays, keys)
-    tokens, counts = np.asarray(tokens), np.asarray(counts)
+    tokens, counts = self.decode_arrays(self.pack_group(clusters, shape), keys)
     return [tokens[g, :counts[g]].tolist() for g in range(len(clusters))]
 
   def text(self, token_ids: Sequence[int]) -> str:
