@@ -1,5 +1,6 @@
 """Our Flax decoder against transformers (PyTorch) on tiny random checkpoints of each family."""
 
+import jax
 import numpy as np
 import pytest
 import torch
@@ -95,6 +96,28 @@ def test_prefill_then_decode_equals_full_forward(tiny):
       full = lm.logits([seq])[0, -1]
       np.testing.assert_allclose(np.asarray(logits[row]), full, atol=1e-4,
                                  err_msg=f"{arch} step {step} row {row}")
+
+
+def test_unrolled_decode_loop_equals_full_forward(tiny):
+  """The decode loop with unrolled layers and per-layer caches (the CPU default) and with the
+  layer scan choose the same greedy tokens, and those are the full forward's argmax at every
+  step, for rows of different prompt lengths (sliding windows included: 6 steps pass them)."""
+  arch, _, lm = tiny
+  rng = np.random.default_rng(4)
+  prompts = [_ids(rng, 1, n)[0].tolist() for n in (7, 11, 4)]
+  logits, cache = lm.prefill(prompts, capacity=32)
+  run = jax.jit(inference.run_decode_loop, static_argnames=(
+      "cfg", "dtype", "max_new_tokens", "select", "eos_ids", "pad_id", "unrolled"))
+  outs = {unrolled: np.asarray(run(lm.params, lm.config, lm.dtype, cache, logits,
+                                   jax.random.PRNGKey(0), max_new_tokens=6,
+                                   select=inference.Sampler(), eos_ids=(-1,), pad_id=0,
+                                   unrolled=unrolled)[0])
+          for unrolled in (True, False)}
+  np.testing.assert_array_equal(outs[True], outs[False], err_msg=arch)
+  for row, p in enumerate(prompts):
+    full = lm.logits([p + outs[True][row, :5].tolist()])[0]
+    np.testing.assert_array_equal(np.argmax(full[len(p) - 1:], axis=-1), outs[True][row],
+                                  err_msg=f"{arch} row {row}")
 
 
 @pytest.mark.parametrize("arch", ["llama3_rope_biases", "gemma2_softcap_sandwich_window"])

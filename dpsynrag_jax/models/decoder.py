@@ -51,11 +51,17 @@ class Attention(nn.Module):
   dtype: jnp.dtype
 
   @nn.compact
-  def __call__(self, x, cos, sin, positions, cache_k, cache_v, cache_positions, window):
+  def __call__(self, x, cos, sin, positions, cache_k, cache_v, cache_positions, window,
+               write_at=None):
     """x [B, S, D]; positions [B, S]; cache_k [B, K, H, C]; cache_v [B, K, C, H];
     cache_positions [B, C]; window.
 
-    Returns (out [B, S, D], k [B, K, H, S], v [B, K, S, H]).
+    write_at None: the cache is read only; returns (out [B, S, D], k [B, K, H, S],
+    v [B, K, S, H]), this call's keys and values.
+    write_at = slot: this call's keys and values are first written into the cache at slots
+    write_at .. write_at + S - 1 (cache_positions must already say so), then attention reads
+    the cache alone; returns (out, cache_k, cache_v) updated. A caller holding one cache
+    buffer per layer gets an in-place update and no copy (decode_unrolled).
     """
     cfg = self.cfg
     b, s, _ = x.shape
@@ -68,6 +74,14 @@ class Attention(nn.Module):
     k = rope.apply_rotary(k.reshape(b, s, cfg.num_kv_heads, cfg.head_dim), cos, sin)
     v = v.reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
     k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)       # [B, K, H, S], [B, K, S, H]
+
+    if write_at is not None:
+      zero = jnp.zeros((), jnp.int32)
+      cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype),
+                                             (zero, zero, zero, write_at))
+      cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype),
+                                             (zero, zero, write_at, zero))
+      k, v = k[..., :0], v[..., :0, :]   # nothing new beyond the cache
 
     groups = cfg.num_heads // cfg.num_kv_heads
     # Queries of a KV head's G heads and S positions form one [G * S, H] block per (b, k): each
@@ -101,7 +115,8 @@ class Attention(nn.Module):
            jnp.einsum("bkqt,bkth->bkqh", merge(probs[..., c:]), v))      # [B, K, G*S, H]
     out = out.reshape(b, cfg.num_kv_heads, groups, s, cfg.head_dim).transpose(0, 3, 1, 2, 4)
     out = out.reshape(b, s, cfg.num_heads * cfg.head_dim)
-    return dense(cfg.hidden_size, cfg.o_bias, "o_proj")(out), k, v
+    out = dense(cfg.hidden_size, cfg.o_bias, "o_proj")(out)
+    return (out, cache_k, cache_v) if write_at is not None else (out, k, v)
 
 
 class MLP(nn.Module):
@@ -123,12 +138,15 @@ class DecoderLayer(nn.Module):
   dtype: jnp.dtype
 
   @nn.compact
-  def __call__(self, x, scanned, cos, sin, positions, cache_positions):
+  def __call__(self, x, scanned, cos, sin, positions, cache_positions, write_at=None):
+    """Returns (x, (k, v)): this call's keys and values, or the updated cache with write_at
+    (see Attention)."""
     cache_k, cache_v, window = scanned
     cfg = self.cfg
     norm = lambda name: RMSNorm(cfg.rms_norm_eps, cfg.norm_plus_one, name=name)
     h, k, v = Attention(cfg, self.dtype, name="attn")(
-        norm("input_norm")(x), cos, sin, positions, cache_k, cache_v, cache_positions, window)
+        norm("input_norm")(x), cos, sin, positions, cache_k, cache_v, cache_positions, window,
+        write_at)
     if cfg.sandwich_norms:
       h = norm("post_attn_norm")(h)
     x = x + h
@@ -138,13 +156,26 @@ class DecoderLayer(nn.Module):
     return x + h, (k, v)
 
 
+def _embed_tokens(cfg: DecoderConfig, dtype, embedding: jax.Array, tokens: jax.Array):
+  """Token ids [B, S] -> embeddings [B, S, D] (Gemma scales them by sqrt(D))."""
+  x = jnp.take(embedding.astype(dtype), tokens, axis=0)
+  if cfg.embed_scale:
+    x = x * jnp.asarray(cfg.hidden_size ** 0.5, dtype)
+  return x
+
+
+def _output_logits(cfg: DecoderConfig, dtype, x: jax.Array, head: jax.Array) -> jax.Array:
+  """Final hidden states [..., D] and the head [D, V] -> logits [..., V] float32."""
+  logits = jnp.einsum("...d,dv->...v", x, head.astype(dtype), preferred_element_type=jnp.float32)
+  return _softcap(logits, cfg.final_logit_softcap)
+
+
 class Decoder(nn.Module):
   """Token ids -> logits, extending a KV cache.
 
-  Layers are one nn.scan over stacked parameters. Unrolled layers with per-layer parameter and
-  cache arrays avoid the per-step slices a scan takes, but measured 15 % slower end to end on a
-  64-document SmolLM2 cluster (36.7 / 40.6 s against 30.9 / 34.8 s, alternating runs) and
-  compiled 10 s slower, so the scan stays.
+  Layers are one nn.scan over stacked parameters: one compiled layer whatever the depth. On
+  CPU the one-token decode step inside a while loop runs `decode_unrolled` instead (same
+  parameters; see there why).
   """
   cfg: DecoderConfig
   dtype: jnp.dtype = jnp.float32
@@ -166,9 +197,7 @@ class Decoder(nn.Module):
     cfg = self.cfg
     embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=self.dtype,
                      param_dtype=self.dtype, name="embed")
-    x = embed(tokens)
-    if cfg.embed_scale:
-      x = x * jnp.asarray(cfg.hidden_size ** 0.5, self.dtype)
+    x = _embed_tokens(cfg, self.dtype, embed.embedding, tokens)
     positions = lengths[:, None] + jnp.arange(tokens.shape[1])[None, :]
     cos, sin = rope.cos_sin(cfg, positions)
 
@@ -190,6 +219,49 @@ class Decoder(nn.Module):
     else:
       head = self.param("lm_head", nn.initializers.lecun_normal(),
                         (cfg.hidden_size, cfg.vocab_size), self.dtype)
-    logits = jnp.einsum("...d,dv->...v", x, head.astype(self.dtype),
-                        preferred_element_type=jnp.float32)
-    return _softcap(logits, cfg.final_logit_softcap), new_k, new_v
+    return _output_logits(cfg, self.dtype, x, head), new_k, new_v
+
+
+def split_layers(params):
+  """The stacked layer parameters as a tuple of per-layer trees (for decode_unrolled)."""
+  stacked = params["layers"]
+  num_layers = jax.tree.leaves(stacked)[0].shape[0]
+  return tuple(jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(num_layers))
+
+
+def decode_unrolled(params, layer_params, cfg: DecoderConfig, dtype, layer_k, layer_v,
+                    cache_positions, lengths, cursor, tokens):
+  """One new token per row with the layers unrolled over per-layer cache buffers.
+
+  Why: inside the decode while loop, a layer scan slices each layer's weights and cache out of
+  the stacked arrays, and on CPU every slice is a copy (profiled on a 64-row SmolLM2 step: ~20 %
+  of the step copying ~1 GB). Here each layer's weights are sliced once, before the loop
+  (`split_layers`), and each layer's cache is its own buffer, written in place at `cursor`
+  before attention reads it. Same parameters and arithmetic as Decoder.
+
+  Args:
+    params: the model's parameters (embedding, final norm, head); layer_params: split_layers.
+    layer_k: per layer [B, K, H, C]; layer_v: per layer [B, K, C, H].
+    cache_positions: [B, C] int32 position held by each slot (-1 empty), before this token.
+    lengths: [B] int32, the new token's position per row; cursor: [] int32 slot it goes to.
+    tokens: [B] int32.
+
+  Returns:
+    (logits [B, V] float32, layer_k, layer_v, cache_positions) with the token written.
+  """
+  x = _embed_tokens(cfg, dtype, params["embed"]["embedding"], tokens[:, None])
+  positions = lengths[:, None]                                          # [B, 1]
+  cos, sin = rope.cos_sin(cfg, positions)
+  cache_positions = jax.lax.dynamic_update_slice(
+      cache_positions, positions.astype(jnp.int32), (jnp.zeros((), jnp.int32), cursor))
+  layer = DecoderLayer(cfg, dtype)
+  new_k, new_v = [], []
+  for lp, k, v, window in zip(layer_params, layer_k, layer_v, cfg.layer_windows):
+    x, (k, v) = layer.apply({"params": lp}, x, (k, v, jnp.int32(window)), cos, sin, positions,
+                            cache_positions, write_at=cursor)
+    new_k.append(k)
+    new_v.append(v)
+  x = RMSNorm(cfg.rms_norm_eps, cfg.norm_plus_one).apply({"params": params["final_norm"]}, x)
+  head = (params["embed"]["embedding"].T if cfg.tie_word_embeddings else params["lm_head"])
+  return (_output_logits(cfg, dtype, x[:, 0], head), tuple(new_k), tuple(new_v),
+          cache_positions)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from dpsynrag_jax.models import kv_cache
 from dpsynrag_jax.models.config import DecoderConfig
+from dpsynrag_jax.models import decoder as decoder_lib
 from dpsynrag_jax.models.decoder import Decoder
 
 # Python-side trace counters: the bodies below run only when jax traces (compiles) them, so a test
@@ -62,6 +63,30 @@ def full_logits(params, cfg, dtype, tokens):
   return logits
 
 
+def unrolled_decode_default() -> bool:
+  """Whether decode loops unroll the layers (decoder.decode_unrolled) by default: on CPU, where
+  the layer scan's per-step slices are copies (profiled), at the cost of a second copy of the
+  layer weights while the loop runs. Elsewhere the scan (one compiled layer) stays."""
+  return jax.default_backend() == "cpu"
+
+
+def _one_token_step(params, cfg, dtype, unrolled: bool):
+  """(cache, tokens [B]) -> (logits [B, V], cache): the decode loop's step, and the cache layout
+  it wants (unrolled: per-layer buffers, see kv_cache.unstack_layers)."""
+  if not unrolled:
+    ones = lambda tokens: jnp.ones(tokens.shape, jnp.int32)
+    return lambda cache, tokens: extend(params, cfg, dtype, cache, tokens[:, None], ones(tokens))
+  layer_params = decoder_lib.split_layers(params)   # sliced once, outside the loop
+
+  def step(cache, tokens):
+    logits, k, v, positions = decoder_lib.decode_unrolled(
+        params, layer_params, cfg, dtype, cache.k, cache.v, cache.positions, cache.lengths,
+        cache.cursor, tokens)
+    return logits, cache.replace(k=k, v=v, positions=positions, lengths=cache.lengths + 1,
+                                 cursor=cache.cursor + 1)
+  return step
+
+
 @dataclasses.dataclass(frozen=True)
 class Sampler:
   """Per-row token choice: greedy at temperature 0, else softmax(logits / temperature)."""
@@ -86,7 +111,7 @@ class DecodeState:
 
 def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new_tokens: int,
                     select: Callable[[jax.Array, jax.Array, Any], jax.Array],
-                    eos_ids: tuple[int, ...], pad_id: int):
+                    eos_ids: tuple[int, ...], pad_id: int, unrolled: bool | None = None):
   """Chooses up to max_new_tokens tokens per row in one on-device loop (not jitted itself).
 
   Args:
@@ -94,12 +119,17 @@ def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new
     select: (key, logits [B, V], aux) -> tokens [B]; hashable (a frozen dataclass), static.
     aux: any pytree select needs (e.g. a row mask); passed through unchanged.
     eos_ids: a row is done once it emits one of these (the EOS itself is kept).
+    unrolled: run the steps with unrolled layers (None: unrolled_decode_default()).
 
   Returns:
     (tokens [B, max_new_tokens] int32, lengths [B] int32 tokens up to and including EOS).
   """
   b = logits.shape[0]
   eos = jnp.asarray(eos_ids, jnp.int32)
+  unrolled = unrolled_decode_default() if unrolled is None else unrolled
+  step = _one_token_step(params, cfg, dtype, unrolled)
+  if unrolled:
+    cache = kv_cache.unstack_layers(cache)
 
   def cond(state: DecodeState):
     return (state.step < max_new_tokens) & ~jnp.all(state.done)
@@ -110,8 +140,7 @@ def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new
     token = jnp.where(state.done, pad_id, token)
     tokens = jax.lax.dynamic_update_slice(state.tokens, token[:, None], (0, state.step))
     done = state.done | jnp.isin(token, eos)
-    next_logits, cache = extend(params, cfg, dtype, state.cache, token[:, None],
-                                 jnp.ones((b,), jnp.int32))
+    next_logits, cache = step(state.cache, token)
     return DecodeState(step=state.step + 1, key=state.key, logits=next_logits, cache=cache,
                        tokens=tokens, done=done)
 

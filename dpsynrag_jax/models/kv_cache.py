@@ -103,3 +103,11 @@ def write_rows(cache: KVCache, rows: KVCache, row0) -> KVCache:
       v=jax.lax.dynamic_update_slice(cache.v, rows.v.astype(cache.v.dtype), at),
       positions=jax.lax.dynamic_update_slice(cache.positions, rows.positions, (row0, zero)),
       lengths=jax.lax.dynamic_update_slice(cache.lengths, rows.lengths, (row0,)))
+
+
+def unstack_layers(cache: KVCache) -> KVCache:
+  """The same cache with k and v as tuples of per-layer arrays ([B, K, H, C] and [B, K, C, H]):
+  the layout of decoder.decode_unrolled, where each layer's buffer is updated in place."""
+  num_layers = cache.v.shape[0]
+  return cache.replace(k=tuple(cache.k[i] for i in range(num_layers)),
+                       v=tuple(cache.v[i] for i in range(num_layers)))
