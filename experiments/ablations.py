@@ -5,7 +5,8 @@
         --workdir=runs/eval
 
 The first removes one component at a time (the paper's ablations); the second adds one of this
-project's utility options at a time, at eps 3 and 10. Writes WORKDIR/<report>.jsonl (one row
+project's utility options at a time, at eps 3 and 10. A variant may combine switches with '+'
+(--config.variants=full,rdp+public_prior: one build with both). Writes WORKDIR/<report>.jsonl (one row
 per dataset, variant, budget and seed; a rerun skips finished rows), <report>.json and
 <report>.md, with report = config.report. Builds go to WORKDIR/dp_synrag/<dataset>_<tag>_seed<s>
 with the tag naming the variant and the budget (none for the full method at config.epsilon:
@@ -30,12 +31,26 @@ VARIANTS = ("full", "no_rerank", "no_self_filter", "self_filter", "hard", "synon
             "public_prior", "difference", "candidates")
 
 
+def variant_parts(variant: str) -> list[str]:
+  """'rdp+public_prior' -> ['rdp', 'public_prior']: switches combined in one build."""
+  parts = variant.split("+")
+  for part in parts:
+    if part not in VARIANTS:
+      raise ValueError(f"Unknown variant {part!r}; expected one of {VARIANTS}, or several "
+                       "joined with '+'.")
+  return parts
+
+
 def variant_config(base, variant: str):
-  """The pipeline config of one variant (a copy of `base` with one switch changed)."""
-  if variant not in VARIANTS:
-    raise ValueError(f"Unknown variant {variant!r}; expected one of {VARIANTS}.")
+  """The pipeline config of one variant: a copy of `base` with its switches changed."""
   c = base.copy_and_resolve_references()
   c.unlock()
+  for part in variant_parts(variant):
+    _switch(c, part)
+  return c
+
+
+def _switch(c, variant: str) -> None:
   if variant == "no_rerank":
     c.clustering.rerank = False
   elif variant == "no_self_filter":
@@ -55,12 +70,11 @@ def variant_config(base, variant: str):
   elif variant == "candidates":
     c.generation.candidates = 50
     c.generation.candidate_terms = c.data.name if c.data.name == "medical_synth" else ""
-  return c
 
 
 def build_tag(variant: str, epsilon: float, default_epsilon: float) -> str:
   """'' for the full method at the default budget; 'eps3' is queries_vs_accuracy's tag."""
-  parts = [] if variant == "full" else [variant]
+  parts = [] if variant == "full" else ["-".join(variant_parts(variant))]
   if epsilon != default_epsilon:
     parts.append(f"eps{epsilon:g}")
   return "_".join(parts)
@@ -83,7 +97,7 @@ def summarize(rows: Sequence[dict]) -> list[dict]:
                 "context_recall_change": (m["context_recall"] - full["context_recall"]
                                           if full else None)})
   return sorted(out, key=lambda s: (s["dataset"], -s["epsilon_total"],
-                                    VARIANTS.index(s["variant"])))
+                                    [VARIANTS.index(p) for p in variant_parts(s["variant"])]))
 
 
 def markdown(summary: Sequence[dict], title: str) -> str:

@@ -111,6 +111,20 @@ def test_ablations_change_one_switch_and_reuse_the_full_build(eval_dir):
     ablations.variant_config(config.dp_synrag, "no_such")
 
 
+def test_variants_combine_with_plus():
+  base = utility_config.get_config("tiny").dp_synrag
+  with pytest.raises(ValueError, match="Unknown variant 'typo'"):
+    ablations.variant_config(base, "rdp+typo")
+  both = ablations.variant_config(base, "rdp+public_prior")
+  assert (both.privacy.accountant, both.generation.omega) == ("rdp", 0.1)
+  assert (base.privacy.accountant, base.generation.omega) == ("closed_form", 0.0)  # untouched
+  assert ablations.build_tag("rdp+public_prior", 3.0, 10.0) == "rdp-public_prior_eps3"
+  rows = [{"dataset": "m", "epsilon_total": 3.0, "variant": v, "accuracy": 0.1,
+           "context_recall": 0.2, "epsilon": 3.0, "synthetic_texts": 4, "seconds_build": 1.0}
+          for v in ("rdp+public_prior", "full", "rdp")]
+  assert [s["variant"] for s in ablations.summarize(rows)] == ["full", "rdp", "rdp+public_prior"]
+
+
 def test_queries_vs_accuracy_splits_dp_rag_budget_and_keeps_dp_synrag_flat(eval_dir):
   workdir, _, _ = eval_dir
   config = qva_config.get_config("tiny")
