@@ -6,8 +6,8 @@
 
 The first removes one component at a time (the paper's ablations); the second adds one of this
 project's utility options at a time, at eps 3 and 10. A variant may combine switches with '+'
-(--config.variants=full,rdp+public_prior: one build with both). Writes WORKDIR/<report>.jsonl (one row
-per dataset, variant, budget and seed; a rerun skips finished rows), <report>.json and
+(--config.variants=full,rdp+public_prior: one build with both). Writes WORKDIR/<report>.jsonl
+(one row per dataset, variant, budget and seed; a rerun skips finished rows), <report>.json and
 <report>.md, with report = config.report. Builds go to WORKDIR/dp_synrag/<dataset>_<tag>_seed<s>
 with the tag naming the variant and the budget (none for the full method at config.epsilon:
 that is the evaluation's own build, reused when run in its work dir; the full method at

@@ -6,7 +6,9 @@ N query heads, K key/value heads, G = N / K query heads per KV head, H head widt
 
 Every call extends a KV cache: it reads the cache (read-only, scanned per layer) and returns the
 new tokens' keys [L, B, K, H, S] and values [L, B, K, S, H] (keys are stored transposed, see
-kv_cache.py); the caller writes them in one update outside the layer scan. A full forward without cache is the same call with C = 0.
+kv_cache.py); the caller writes them in one update outside the layer scan. A full forward
+without cache is the same call with C = 0. `decode_unrolled` is the one-token step of decode
+loops on CPU: the same layers, unrolled, each writing its own cache buffer in place.
 """
 
 from __future__ import annotations
