@@ -94,8 +94,10 @@ def test_interrupted_run_resumes_byte_identical(finished_run, tmp_path):
   with pytest.raises(pipeline.PipelineInterrupted):
     pipeline.build_synthetic_db(tiny_config(**{"runtime.stop_after_clusters": 2}), workdir)
   ledger = privacy.PrivacyLedger.load(os.path.join(workdir, "private", "ledger.json"))
-  charged_tokens = sum(e.kind == "tokens" for e in ledger.entries)
-  assert 2 <= charged_tokens < tiny_config().clustering.R  # stopped part way
+  # Every cluster's tokens are charged before the first is decoded; the decode stopped part way.
+  assert sum(e.kind == "tokens" for e in ledger.entries) == tiny_config().clustering.R
+  decoded = wd_lib.read_jsonl(os.path.join(workdir, "private", "generated.jsonl"))
+  assert 2 <= len(decoded) < tiny_config().clustering.R
   with pytest.raises(wd_lib.WorkdirError, match="different config"):
     pipeline.build_synthetic_db(tiny_config(**{"privacy.epsilon": 3.0}), workdir)
   pipeline.build_synthetic_db(tiny_config(), workdir)

@@ -310,6 +310,15 @@ class PrivacyLedger:
 
   # Serialisation.
 
+  def canonical_entries(self) -> list[Entry]:
+    """Entries in an order fixed by public data alone: global entries as recorded, then each
+    cluster's entries by cluster index (as recorded within a cluster).
+
+    The recording order may follow the decode schedule, which groups clusters by padded size
+    and prompt length (private); the file must not show it.
+    """
+    return sorted(self._entries, key=lambda e: (e.cluster is not None, e.cluster or 0))
+
   def to_json(self) -> str:
     return json.dumps({
         "format": FORMAT,
@@ -317,7 +326,7 @@ class PrivacyLedger:
         "accountant": self.accountant,
         "max_clusters_per_document": self.max_clusters_per_document,
         "totals": self.summary(),  # informative only; recomputed on load
-        "entries": [e.to_json() for e in self._entries],
+        "entries": [e.to_json() for e in self.canonical_entries()],
     }, indent=1)
 
   @classmethod

@@ -10,8 +10,29 @@ and the `*_rho` / `*_epsilon` helpers turn (sensitivity, parameter) into the cos
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
+
+# Gumbel noise with 64 random bits per draw (jax's "highest" mode). float32 Gumbel from 23-bit
+# uniforms (the default) lies in [-4.47, 16.64]: a candidate whose utility is more than 21.1
+# nats below the top can never win, so which tokens have probability zero would depend on the
+# data (an unbounded privacy loss on an event of tiny probability). 64-bit uniforms reach
+# [-3.79, 44.36] (x = 2^-64 at either end), a range of 48.15 nats, at ~1 ms per 49k-entry
+# draw on CPU (BUILD_NOTES, "Sampling support").
+GUMBEL_MODE = "highest"
+GUMBEL_MIN = -math.log(-math.log(2.0**-64))          # -3.79
+GUMBEL_MAX = -math.log(-math.log1p(-(2.0**-64)))     # 44.36
+GUMBEL_RANGE = GUMBEL_MAX - GUMBEL_MIN               # 48.15
+# Token utilities / tau are floored at (top - TOKEN_UTILITY_SPAN): a public constant below
+# GUMBEL_RANGE, so every token of the vocabulary keeps a non-zero chance for any data.
+TOKEN_UTILITY_SPAN = 40.0
+
+
+def gumbel(key: jax.Array, shape) -> jax.Array:
+  """[shape] float32 standard Gumbel noise over GUMBEL_MIN .. GUMBEL_MAX (see GUMBEL_MODE)."""
+  return jax.random.gumbel(key, shape, jnp.float32, mode=GUMBEL_MODE)
 
 
 # Gaussian mechanism.
@@ -62,7 +83,7 @@ def exponential_mechanism(key: jax.Array, utilities: jax.Array, epsilon,
   """
   utilities = jnp.asarray(utilities, jnp.float32)
   scaled = utilities * (epsilon / (2.0 * sensitivity))
-  return jnp.argmax(scaled + jax.random.gumbel(key, utilities.shape, jnp.float32), axis=-1)
+  return jnp.argmax(scaled + gumbel(key, utilities.shape), axis=-1)
 
 
 def exponential_rho(epsilon: float) -> float:
@@ -135,7 +156,7 @@ def sample_threshold(key: jax.Array, scores: jax.Array, mask: jax.Array, k, epsi
   """
   pick_key, within_key = jax.random.split(key)
   edges, log_weights, _ = threshold_intervals(scores, mask, k, epsilon)
-  j = jnp.argmax(log_weights + jax.random.gumbel(pick_key, log_weights.shape, jnp.float32))
+  j = jnp.argmax(log_weights + gumbel(pick_key, log_weights.shape))
   u = jax.random.uniform(within_key, (), jnp.float32)
   return jnp.clip(edges[j] + u * (edges[j + 1] - edges[j]), 0.0, 1.0)
 
@@ -149,13 +170,28 @@ def select_above(scores: jax.Array, mask: jax.Array, theta) -> jax.Array:
 # One private decoding step.
 
 
+def floor_utilities(scaled: jax.Array, span: float = TOKEN_UTILITY_SPAN) -> jax.Array:
+  """max(u, max(u) - span) over the last axis: [..., V] -> [..., V].
+
+  Privacy: if each entry of u moves by at most c between neighbours (u_j(D') - u_j(D) in
+  [-c, c], what the clipped sums give), then so does max(u), and so does every floored entry
+  (a max of two such functions). The floored utility keeps the same bounded range, so the
+  exponential mechanism over it costs exactly what the unfloored one does. The floor moves only
+  tokens whose probability is below e^-span; with span < GUMBEL_RANGE every token can be drawn.
+  """
+  top = jnp.max(scaled, axis=-1, keepdims=True)
+  return jnp.maximum(scaled, top - span)
+
+
 def sample_token(key: jax.Array, summed_clipped: jax.Array, tau, vocab_mask=None) -> jax.Array:
-  """Samples a token from softmax(summed_clipped / tau).
+  """Samples a token from softmax(floor_utilities(summed_clipped / tau)).
 
   With `summed_clipped` from `clipping.clipped_logit_sum(..., c)` this is the exponential
   mechanism with utility sensitivity c and epsilon = 2c / tau (`token_epsilon`): pure
   (2c/tau)-DP per token, and, since each token's utility change lies in [-c, c] (range 2c),
-  (c/tau)^2 / 2-zCDP per token (`token_rho`), the figure Theorem 1 adds up.
+  (c/tau)^2 / 2-zCDP per token (`token_rho`), the figure Theorem 1 adds up. The floor (a
+  public constant, `floor_utilities`) keeps that cost and keeps every token of the vocabulary
+  within reach of the Gumbel noise, so the mechanism's support never depends on the data.
 
   Args:
     key: PRNG key.
@@ -167,10 +203,10 @@ def sample_token(key: jax.Array, summed_clipped: jax.Array, tau, vocab_mask=None
   Returns:
     [...] int32 token ids.
   """
-  logits = jnp.asarray(summed_clipped, jnp.float32) / tau
+  logits = floor_utilities(jnp.asarray(summed_clipped, jnp.float32) / tau)
   if vocab_mask is not None:
     logits = jnp.where(jnp.asarray(vocab_mask, bool), logits, -jnp.inf)
-  return jnp.argmax(logits + jax.random.gumbel(key, logits.shape, jnp.float32), axis=-1)
+  return jnp.argmax(logits + gumbel(key, logits.shape), axis=-1)
 
 
 def token_epsilon(c: float, tau: float) -> float:

@@ -20,6 +20,7 @@ interrupted one drew and charges nothing twice (privacy.ResumableLedger records 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import time
@@ -130,6 +131,37 @@ def fit_to_budget(lm, documents: Sequence[str], where: Sequence[str], max_tokens
 
 # ---- the build ------------------------------------------------------------------------------
 
+def documents_digest(documents: Sequence[str]) -> str:
+  """sha256 over the documents in order (each length-prefixed, so boundaries count)."""
+  digest = hashlib.sha256()
+  for doc in documents:
+    data = doc.encode("utf-8")
+    digest.update(len(data).to_bytes(8, "little"))
+    digest.update(data)
+  return digest.hexdigest()
+
+
+def _check_documents(wd: wd_lib.Workdir, documents: Sequence[str]) -> None:
+  """Records the private documents' digest; refuses to resume over other documents.
+
+  Cached keywords, embeddings and cluster members are matched to documents by position: a
+  corpus edited between an interruption and its resume would mix two datasets, and a person
+  could land in 2L clusters. The digest is private state (it identifies the corpus).
+  """
+  path = wd.private_path("documents.sha256")
+  digest = documents_digest(documents)
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      recorded = f.read().strip()
+    if recorded != digest:
+      raise wd_lib.WorkdirError(
+          f"{wd.root} holds a build of other documents than the ones loaded now (the corpus "
+          "changed since it was started); resume with the same documents, or start a new "
+          "work dir.")
+    return
+  wd_lib.atomic_write_text(path, digest + "\n")
+
+
 def _cached_npy(path: str, compute):
   if os.path.exists(path):
     return np.load(path)
@@ -175,6 +207,8 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
     documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
                               config.data.too_long)
     vocab = english_vocabulary(config.keywords.vocabulary_size)
+    if lead:
+      _check_documents(wd, documents)
 
   cluster_key = lambda r: jax.random.fold_in(jax.random.fold_in(seed_key, _CLUSTER_STREAM), r)
   predictor = PrivatePredictor(
@@ -188,7 +222,7 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
     top_words, selected = _private_phases(config, cal, documents, vocab, lm, encoder, seed_key,
                                           cluster_key, ledger, wd, timer)
     if procs > 1:
-      _charge_all_tokens(cal, predictor, documents, selected, ledger, wd)
+      _charge_all_tokens(cal, selected, ledger, wd)
   distributed.barrier("selected")
   if not lead:
     selected = _read_selected(wd)
@@ -329,28 +363,26 @@ def _read_generated(wd: wd_lib.Workdir, name: str) -> dict[int, list[int]]:
   return {rec["cluster"]: rec["tokens"] for rec in wd_lib.read_jsonl(wd.private_path(name))}
 
 
-def _decode_order(predictor, documents, selected, clusters) -> list[int]:
-  """decode_many's order (by padded shape, then id): the order tokens are charged in."""
-  shape = {r: predictor.shape_of(predictor.suffixes([documents[i] for i in selected[r]]))
-           for r in clusters}
-  return sorted(clusters, key=lambda r: (shape[r], r))
-
-
-def _charge_all_tokens(cal, predictor, documents, selected, ledger, wd) -> None:
-  """Several processes: every cluster's T tokens charged and saved before any process decodes,
-  in the order one process would charge them (so the ledger file is the same)."""
-  decoded = set(_read_generated(wd, _generated_file(0)))
-  for r in _decode_order(predictor, documents, selected,
-                         [r for r in range(len(selected)) if r not in decoded]):
+def _charge_tokens(cal, clusters, ledger) -> None:
+  """Every cluster's planned T tokens, charged and saved before any of them is decoded, in
+  cluster-index order (public), whatever order the decode runs them in."""
+  for r in sorted(clusters):
     ledger.record_tokens(r, cal.T, cal.c, cal.tau)
   ledger.save()
+
+
+def _charge_all_tokens(cal, selected, ledger, wd) -> None:
+  """Several processes: every cluster's tokens charged before any process decodes."""
+  decoded = set(_read_generated(wd, _generated_file(0)))
+  _charge_tokens(cal, [r for r in range(len(selected)) if r not in decoded], ledger)
 
 
 def _decode_all(config, cal, predictor, documents, selected, clusters, cluster_key, ledger,
                 wd, state_file) -> dict[int, list[int]]:
   """Token ids of the synthetic texts of `clusters`, by groups of equal shape over the devices.
 
-  ledger: charged per group before it is decoded; None when the tokens were charged up front.
+  ledger: charged for every cluster before the first is decoded; None when the tokens were
+    charged already (several processes).
   """
   path = wd.private_path(state_file)
   done = {r: t for r, t in _read_generated(wd, state_file).items() if r in set(clusters)}
@@ -359,11 +391,8 @@ def _decode_all(config, cal, predictor, documents, selected, clusters, cluster_k
   stop_after = config.runtime.stop_after_clusters
   already = len(done)
 
-  def charge(group):  # before decoding: the planned T, whatever EOS does
-    if ledger is not None:
-      for r in group:
-        ledger.record_tokens(r, cal.T, cal.c, cal.tau)
-      ledger.save()
+  if ledger is not None:  # before decoding: the planned T, whatever EOS does
+    _charge_tokens(cal, todo, ledger)
 
   def persist(outputs):
     wd_lib.append_jsonl(path, [{"cluster": r, "tokens": t} for r, t in outputs.items()])
@@ -375,7 +404,7 @@ def _decode_all(config, cal, predictor, documents, selected, clusters, cluster_k
   with tqdm.tqdm(total=len(clusters), initial=len(done), desc="private decode",
                  unit="cluster") as bar:
     decode_many(predictor, suffixes, lambda r: jax.random.fold_in(cluster_key(r), 1),
-                before_group=charge, after_group=persist, progress=bar)
+                after_group=persist, progress=bar)
   return done
 
 

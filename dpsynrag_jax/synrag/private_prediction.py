@@ -200,6 +200,16 @@ def _decode_program(static: _Static):
   return _sharded(static, per_device, num_split=5, num_same=1)
 
 
+@functools.partial(jax.jit, static_argnames=("selector", "T", "vocab_size"))
+def _documentless_tokens(key, *, selector: PrivateTokenSelector, T: int, vocab_size: int):
+  """[T] tokens the decode loop draws for a cluster with no row at all (no document and no
+  public row): every step's utility is the all-zero masked sum, so the draws need no model."""
+  logits = jnp.zeros((1, vocab_size), jnp.float32)
+  aux = (jnp.zeros((1,), bool), jnp.zeros((1,), bool))
+  step = lambda s: selector(jax.random.fold_in(key, s), logits, aux)[0]
+  return jax.lax.map(step, jnp.arange(T, dtype=jnp.int32))
+
+
 class PrivatePredictor:
   """Runs the private decode for many clusters of documents on all local devices.
 
@@ -377,6 +387,27 @@ class PrivatePredictor:
     tokens, counts = self.decode_arrays(self.pack_group(clusters, shape), keys)
     return [tokens[g, :counts[g]].tolist() for g in range(len(clusters))]
 
+  @property
+  def decodes_empty_without_model(self) -> bool:
+    """An empty cluster has no row the model must read (no public row either)."""
+    return not self.selector.needs_public_row
+
+  def decode_empty(self, key: jax.Array) -> list[int]:
+    """The tokens decode_group gives a cluster with no document, drawn without the model.
+
+    Same key, same per-step keys, same utility (all zeros) and the same stop at EOS as the
+    padded decode, so the output is identical to it, byte for byte (tested); only the forward
+    passes over padded rows are skipped. Needs decodes_empty_without_model.
+    """
+    if not self.decodes_empty_without_model:
+      raise ValueError("An empty cluster's tokens depend on the public row here; decode it.")
+    tokens = np.asarray(_documentless_tokens(key, selector=self.selector, T=self.T,
+                                             vocab_size=self.lm.config.vocab_size)).tolist()
+    for n, t in enumerate(tokens):
+      if t in self.lm.eos_ids:
+        return tokens[:n + 1]
+    return tokens
+
   def text(self, token_ids: Sequence[int]) -> str:
     return self.lm.decode(token_ids).strip()
 
@@ -398,10 +429,19 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
   Returns:
     cluster id -> token ids of its synthetic text.
   """
+  out: dict[int, list[int]] = {}
   by_shape = collections.defaultdict(list)
   for cid in sorted(suffixes):
-    by_shape[predictor.shape_of(suffixes[cid])].append(cid)
-  out: dict[int, list[int]] = {}
+    if not suffixes[cid] and predictor.decodes_empty_without_model:
+      # No document: the same draws as a padded decode, without its forward passes.
+      before_group([cid])
+      done = {cid: predictor.decode_empty(key_of(cid))}
+      after_group(done)
+      out.update(done)
+      if progress is not None:
+        progress.update(1)
+    else:
+      by_shape[predictor.shape_of(suffixes[cid])].append(cid)
   n = predictor.num_devices
   for shape, ids in sorted(by_shape.items()):
     for start in range(0, len(ids), n):

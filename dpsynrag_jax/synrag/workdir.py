@@ -144,9 +144,29 @@ class Workdir:
     atomic_write_text(self.private_path("FINISHED"), "")
 
 
-def _comparable(config_dict: dict) -> dict:
-  """A config without the fields that may differ between an interrupted run and its resume."""
+# Options added to the build config after builds were made, with the value that means "off".
+# A config holding one at its off value is the same build as one written before the option
+# existed, so adding an option never invalidates finished or interrupted builds. Register every
+# new build option here with its off value.
+OPTIONAL_FIELDS = {
+    ("clustering", "merge_synonyms"): 0.0,
+    ("generation", "candidates"): 0,
+    ("generation", "candidate_terms"): "",
+}
+# Fields that may differ between an interrupted run and its resume (how, not what, is built).
+_RUNTIME_ONLY = (("runtime", "overwrite"), ("runtime", "stop_after_clusters"))
+
+
+def comparable_config(config_dict: dict) -> dict:
+  """The part of a build config that decides what is built: runtime knobs and options at their
+  off value (OPTIONAL_FIELDS) left out."""
   out = json.loads(json.dumps(config_dict))
-  out.get("runtime", {}).pop("overwrite", None)
-  out.get("runtime", {}).pop("stop_after_clusters", None)
+  for (section, name) in _RUNTIME_ONLY:
+    out.get(section, {}).pop(name, None)
+  for (section, name), off in OPTIONAL_FIELDS.items():
+    if section in out and name in out[section] and out[section][name] == off:
+      del out[section][name]
   return out
+
+
+_comparable = comparable_config
