@@ -7,11 +7,10 @@
 The first removes one component at a time (the paper's ablations); the second adds one of this
 project's utility options at a time, at eps 3 and 10. A variant may combine switches with '+'
 (--config.variants=full,rdp+public_prior: one build with both). Writes WORKDIR/<report>.jsonl
-(one row per dataset, variant, budget and seed; a rerun skips finished rows), <report>.json and
-<report>.md, with report = config.report. Builds go to WORKDIR/dp_synrag/<dataset>_<tag>_seed<s>
-with the tag naming the variant and the budget (none for the full method at config.epsilon:
-that is the evaluation's own build, reused when run in its work dir; the full method at
-another eps shares queries_vs_accuracy's build).
+(one row per dataset, variant, budget, seed and build config; a rerun skips finished rows),
+<report>.json and <report>.md, with report = config.report. Builds go where the evaluation's go
+(WORKDIR/dp_synrag/<dataset>_seed<s>_<config digest>), so the full method at the evaluation's
+budget reuses the evaluation's build, and any variant at any budget is built once.
 """
 
 from __future__ import annotations
@@ -72,12 +71,10 @@ def _switch(c, variant: str) -> None:
     c.generation.candidate_terms = c.data.name if c.data.name == "medical_synth" else ""
 
 
-def build_tag(variant: str, epsilon: float, default_epsilon: float) -> str:
-  """'' for the full method at the default budget; 'eps3' is queries_vs_accuracy's tag."""
-  parts = [] if variant == "full" else ["-".join(variant_parts(variant))]
-  if epsilon != default_epsilon:
-    parts.append(f"eps{epsilon:g}")
-  return "_".join(parts)
+def budgets(config) -> list[float]:
+  """config.epsilons (comma-separated), or config.epsilon when that is empty."""
+  return [float(e) for e in evaluate.split_list(config.get("epsilons", "") or
+                                                str(config.epsilon))]
 
 
 def summarize(rows: Sequence[dict]) -> list[dict]:
@@ -117,31 +114,35 @@ def run(config, workdir: str) -> list[dict]:
   os.makedirs(workdir, exist_ok=True)
   report = config.get("report", "ablations")
   path = os.path.join(workdir, f"{report}.jsonl")
-  rows = wd_lib.read_jsonl(path)
-  done = {(r["dataset"], r["variant"], r["epsilon_total"], r["seed"]) for r in rows}
-  epsilons = [float(e) for e in evaluate.split_list(config.get("epsilons", str(config.epsilon)))]
+  history = {r["settings"]: r for r in wd_lib.read_jsonl(path) if "settings" in r}
+  rows = []   # this config's rows
   lm, encoder = evaluate.load_models(config)
   for dataset in evaluate.split_list(config.datasets):
     task = evaluate.load_eval_task(config, dataset)
     for seed in [int(s) for s in evaluate.split_list(config.seeds)]:
-      for eps in epsilons:
+      for eps in budgets(config):
         for variant in evaluate.split_list(config.variants):
-          if (dataset, variant, eps, seed) in done:
-            continue
-          logging.info("Variant %s at eps %g on %s, seed %d.", variant, eps, dataset, seed)
           base = evaluate.synrag_config(config, task, seed)
           base.privacy.epsilon = eps
-          method = evaluate.make_method(
-              "dp_synrag", config, task, lm, encoder, seed, workdir, len(task.test),
-              synrag=variant_config(base, variant),
-              tag=build_tag(variant, eps, config.epsilon))
+          synrag = variant_config(base, variant)
+          key = evaluate.settings_digest({
+              "variant": variant, **evaluate.method_settings(
+                  "dp_synrag", config, task, seed, len(task.test), synrag=synrag)})
+          if key in history:
+            rows.append(history[key])
+            continue
+          logging.info("Variant %s at eps %g on %s, seed %d.", variant, eps, dataset, seed)
+          method = evaluate.make_method("dp_synrag", config, task, lm, encoder, seed, workdir,
+                                        len(task.test), synrag=synrag)
           result = evaluate.evaluate_method(method, task, task.test)
           row = {"dataset": dataset, "variant": variant, "epsilon_total": eps, "seed": seed,
+                 "settings": key, "build": os.path.relpath(method.workdir, workdir),
                  "synthetic_texts": len(method.synthetic_texts),
                  **{k: result[k] for k in ("accuracy", "context_recall", "epsilon",
                                            "seconds_build", "seconds_answer")}}
           wd_lib.append_jsonl(path, [row])
           rows.append(row)
+          history[key] = row
           logging.info("%s", row)
   summary = summarize(rows)
   with open(os.path.join(workdir, f"{report}.json"), "w", encoding="utf-8") as f:

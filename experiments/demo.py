@@ -36,11 +36,18 @@ def define_flags() -> None:
   flags.DEFINE_integer("top_k", 10, "Synthetic texts retrieved per question.")
 
 
+def build_dir(config, workdir: str) -> str:
+  """The demo's build of `config`: WORKDIR/build_<config digest>, so a changed demo config
+  builds next to an old build instead of overwriting it (a rebuild with the same seed would
+  share its noise)."""
+  return os.path.join(workdir, f"build_{wd_lib.config_digest(config.to_dict())}")
+
+
 def _reuse_or_build(config, workdir: str) -> float:
+  """Reuses a finished build, resumes an interrupted one, or builds."""
   if wd_lib.Workdir(workdir).holds_finished(config.to_dict()):
     print(f"Reusing the finished build in {workdir} (delete it to build again).")
     return 0.0
-  config.runtime.overwrite = True
   start = time.time()
   pipeline.build_synthetic_db(config, workdir)
   return time.time() - start
@@ -49,6 +56,7 @@ def _reuse_or_build(config, workdir: str) -> float:
 def run(workdir: str, num_questions: int, top_k: int, config_arg: str = "demo") -> None:
   """config_arg: the medical_synth config ('tiny' in tests)."""
   config = medical_synth.get_config(config_arg)
+  workdir = build_dir(config, workdir)
   build_seconds = _reuse_or_build(config, workdir)
   ledger = json.load(open(os.path.join(workdir, wd_lib.LEDGER)))
   records = wd_lib.read_jsonl(os.path.join(workdir, wd_lib.SYNTHETIC_DB))

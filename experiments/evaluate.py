@@ -2,12 +2,18 @@
 
     python -m experiments.evaluate --config=experiments/configs/evaluate.py:cpu --workdir=runs/eval
 
-Writes WORKDIR/results.jsonl (one row per dataset, method and seed, appended as each finishes,
-so a rerun skips finished rows), results.json, table.md and accuracy.png.
+Writes WORKDIR/results.jsonl (one row per dataset, method, seed and method settings, appended as
+each finishes, so a rerun skips finished rows), results.json, table.md and accuracy.png. A row is
+keyed by a digest of everything that decides its result (`method_settings`): a rerun with other
+settings in the same work dir computes new rows, and the tables show the current settings'
+rows only. DP-SynRAG builds go to WORKDIR/dp_synrag/<dataset>_seed<s>_<config digest>/ and are
+shared by every app run in the same work dir with an equal pipeline config.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 from typing import Sequence
@@ -19,10 +25,12 @@ from dpsynrag_jax import baselines
 from dpsynrag_jax import privacy
 from dpsynrag_jax.data.tasks import Task, load_task
 from dpsynrag_jax.models import load_encoder, load_lm
+from dpsynrag_jax.rag import answer as rag_answer
 from dpsynrag_jax.rag import metrics
 from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments import cli
 from experiments import reporting
+from experiments.configs import evaluate as evaluate_config
 
 
 METHOD_NAMES = {"non_rag": "Non-RAG", "rag": "RAG", "dp_synrag": "DP-SynRAG",
@@ -35,9 +43,19 @@ def split_list(text: str) -> list[str]:
 
 
 def synrag_config(config, task: Task, seed: int):
-  """The pipeline config of one DP-SynRAG run: the eval's data, models, seed and budget."""
+  """The pipeline config of one DP-SynRAG run: the eval's data, models, seed and budget.
+
+  Raises ValueError if one of those was set under dp_synrag (it would be ignored).
+  """
   c = config.dp_synrag.copy_and_resolve_references()
   c.unlock()
+  for dotted, source in evaluate_config.OWNED_BY_EVALUATION.items():
+    value = c
+    for part in dotted.split("."):
+      value = value[part]
+    if value is not None:
+      raise ValueError(f"--config.dp_synrag.{dotted} is set by the evaluation from "
+                       f"{source}; set that instead.")
   c.seed = seed
   c.data.name = _PIPELINE_DATA[task.name]
   c.data.path = config.paths.get(task.name, "") if task.name != "medical" else ""
@@ -51,9 +69,39 @@ def synrag_config(config, task: Task, seed: int):
   return c
 
 
-def synrag_build_dir(workdir: str, dataset: str, seed: int, tag: str = "") -> str:
-  """Where a DP-SynRAG build goes; apps that share a workdir share builds of equal config."""
-  return os.path.join(workdir, "dp_synrag", f"{dataset}{'_' + tag if tag else ''}_seed{seed}")
+def synrag_build_dir(workdir: str, synrag) -> str:
+  """Where the DP-SynRAG build of pipeline config `synrag` goes: one directory per config
+  digest, so apps sharing a work dir share builds of equal config and never overwrite one."""
+  name = f"{synrag.data.name}_seed{synrag.seed}_{wd_lib.config_digest(synrag.to_dict())}"
+  return os.path.join(workdir, "dp_synrag", name)
+
+
+def settings_digest(settings: dict) -> str:
+  text = json.dumps(settings, sort_keys=True, default=str)
+  return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def method_settings(name: str, config, task: Task, seed: int, num_queries: int,
+                    synrag=None) -> dict:
+  """Everything that decides a method's row: the key of results.jsonl (as settings_digest)."""
+  shared = {"method": name, "dataset": task.name, "seed": seed,
+            "documents": len(task.documents), "test": len(task.test),
+            "attacks": config.get("num_attacks", 0), "answer_tokens": config.answer_tokens,
+            "model": config.model.to_dict(), "path": config.paths.get(task.name, ""),
+            "reader": config.get("reader_prompt", "paper")}
+  if name == "dp_synrag":
+    build = synrag or synrag_config(config, task, seed)
+    return {**shared, "build": wd_lib.config_digest(build.to_dict()), "top_k": task.top_k}
+  if name == "dp_synth":
+    return {**shared, "epsilon": config.epsilon, "delta": config.delta,
+            "self_filter": bool(config.self_filter), **config.dp_synth.to_dict()}
+  if name == "dp_rag":
+    return {**shared, "delta": config.delta, "budget": dp_rag_budget(config, num_queries),
+            "queries": num_queries, **config.dp_rag.to_dict()}
+  if name == "aug_pe":
+    return {**shared, "epsilon": config.epsilon, "delta": config.delta,
+            **config.aug_pe.to_dict()}
+  return shared
 
 
 def dp_rag_budget(config, num_queries: int) -> float:
@@ -63,21 +111,28 @@ def dp_rag_budget(config, num_queries: int) -> float:
 
 
 def make_method(name: str, config, task: Task, lm, encoder, seed: int, workdir: str,
-                num_queries: int, synrag=None, tag: str = "") -> baselines.Method:
-  """The method `name` as configured; `synrag` overrides the DP-SynRAG pipeline config and `tag`
-  names its build directory (ablations, other budgets)."""
+                num_queries: int, synrag=None) -> baselines.Method:
+  """The method `name` as configured; `synrag` overrides the DP-SynRAG pipeline config
+  (ablations, other budgets)."""
+  method = _make_method(name, config, task, lm, encoder, seed, workdir, num_queries, synrag)
+  if isinstance(method, baselines.RetrievalMethod):
+    method.reader = rag_answer.reader_prompt(config.get("reader_prompt", "paper"), task.name)
+  return method
+
+
+def _make_method(name, config, task, lm, encoder, seed, workdir, num_queries, synrag):
   tokens = config.answer_tokens
   if name == "non_rag":
     return baselines.NonRAG(lm, max_new_tokens=tokens)
   if name == "rag":
     return baselines.RAG(lm, encoder, task, max_new_tokens=tokens)
   if name == "dp_synrag":
-    return baselines.DPSynRAG(lm, encoder, synrag or synrag_config(config, task, seed),
-                              synrag_build_dir(workdir, task.name, seed, tag),
+    synrag = synrag or synrag_config(config, task, seed)
+    return baselines.DPSynRAG(lm, encoder, synrag, synrag_build_dir(workdir, synrag),
                               top_k=task.top_k, max_new_tokens=tokens)
   if name == "dp_synth":
     return baselines.DPSynth(lm, encoder, task, epsilon=config.epsilon, delta=config.delta,
-                             T=config.dp_synth.T, batch_size=config.dp_synth.batch_size,
+                             T=config.dp_synth.T, num_batches=config.dp_synth.num_batches,
                              seed=seed, max_new_tokens=tokens,
                              self_filter_enabled=bool(config.self_filter and
                                                       task.self_filter_prompt))
@@ -144,41 +199,53 @@ def load_eval_task(config, dataset: str) -> Task:
                    num_test=config.num_test, seed=0)
 
 
-def run(config, workdir: str) -> list[dict]:
+def run(config, workdir: str, tables: bool = True) -> list[dict]:
+  """Every (dataset, seed, method) row of `config`, computed or read back; with `tables`, also
+  results.json, table.md and accuracy.png of exactly these rows."""
   os.makedirs(workdir, exist_ok=True)
   results_path = os.path.join(workdir, "results.jsonl")
-  rows = wd_lib.read_jsonl(results_path)
-  done = {(r["dataset"], r["method"], r["seed"]) for r in rows}
+  history = wd_lib.read_jsonl(results_path)
+  by_key = {r["settings"]: r for r in history if "settings" in r}
+  rows = []   # this config's rows, in the order they are listed
   lm, encoder = load_models(config)
   for dataset in split_list(config.datasets):
     task = load_eval_task(config, dataset)
+    attacks = task.attack_queries[:config.get("num_attacks", 0)]
+    num_queries = len(task.test) + len(attacks)
     for seed in [int(s) for s in split_list(config.seeds)]:
       for name in split_list(config.methods):
-        if (dataset, METHOD_NAMES[name], seed) in done:
+        if name not in METHOD_NAMES:
+          raise ValueError(f"Unknown method {name!r}; expected one of {sorted(METHOD_NAMES)}.")
+        key = settings_digest(method_settings(name, config, task, seed, num_queries))
+        if key in by_key:
+          rows.append(by_key[key])
           continue
         logging.info("Evaluating %s on %s, seed %d.", METHOD_NAMES[name], dataset, seed)
-        attacks = task.attack_queries[:config.get("num_attacks", 0)]
-        method = make_method(name, config, task, lm, encoder, seed, workdir,
-                             len(task.test) + len(attacks))
+        method = make_method(name, config, task, lm, encoder, seed, workdir, num_queries)
         row = {"dataset": dataset, "method": METHOD_NAMES[name], "seed": seed,
-               **evaluate_method(method, task, task.test, attacks)}
+               "settings": key, **evaluate_method(method, task, task.test, attacks)}
+        if name == "dp_synrag":
+          row["build"] = os.path.relpath(method.workdir, workdir)
         wd_lib.append_jsonl(results_path, [row])
         rows.append(row)
-        logging.info("%s", {k: v for k, v in row.items() if "examples" not in k and k != "per_question"})
-  reporting.write_tables(rows, workdir, title="Methods x datasets (mean +- std over seeds)")
+        by_key[key] = row
+        logging.info("%s", {k: v for k, v in row.items()
+                            if "examples" not in k and k != "per_question"})
+  if tables:
+    reporting.write_tables(rows, workdir, title="Methods x datasets (mean +- std over seeds)")
   return rows
 
 
 def sweep_rows(config, workdir: str) -> list[dict]:
   """A finished run's rows for launch.sweep's tables: scores, and for DP-SynRAG the epsilon
   read back from its build's privacy ledger."""
-  del config  # the rows name their dataset and seed
+  del config  # a sweep point's work dir holds its own rows
   rows = []
   for row in wd_lib.read_jsonl(os.path.join(workdir, "results.jsonl")):
-    out = {k: v for k, v in row.items() if "examples" not in k and k != "per_question"}
-    if row["method"] == METHOD_NAMES["dp_synrag"]:
-      ledger = privacy.PrivacyLedger.load(os.path.join(
-          synrag_build_dir(workdir, row["dataset"], row["seed"]), wd_lib.LEDGER))
+    out = {k: v for k, v in row.items()
+           if "examples" not in k and k not in ("per_question", "settings", "build")}
+    if row["method"] == METHOD_NAMES["dp_synrag"] and "build" in row:
+      ledger = privacy.PrivacyLedger.load(os.path.join(workdir, row["build"], wd_lib.LEDGER))
       out["ledger_eps_closed_form"] = ledger.spent_epsilon("closed_form")
       out["ledger_eps_rdp"] = ledger.spent_epsilon("rdp")
     rows.append(out)

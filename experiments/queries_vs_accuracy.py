@@ -43,8 +43,8 @@ def dp_rag_sessions(config, task, lm, encoder, embeddings: np.ndarray, questions
   for start in range(0, len(questions), n):
     method = baselines.DPRAG(lm, encoder, task, epsilon_total=eps_total, num_queries=n,
                              delta=config.delta, k=r.k, T=r.T, omega=r.omega,
-                             retrieval_share=r.retrieval_share,
-                             seed=seed * 1_000_003 + start,  # a distinct key per session
+                             retrieval_share=r.retrieval_share, seed=seed,
+                             session=start // n,   # a key stream of its own per session
                              embeddings=embeddings)
     method.build()
     out = method.answer([q.text for q in questions[start:start + n]])
@@ -63,8 +63,8 @@ def _score(task, questions, out: baselines.Answers, retrieves: bool) -> dict:
 def points(config, workdir: str) -> list[dict]:
   """Every (method, eps_total, n, seed) point; resumable through the jsonl file."""
   path = os.path.join(workdir, "queries_vs_accuracy.jsonl")
-  rows = wd_lib.read_jsonl(path)
-  done = {(r["method"], r["epsilon_total"], r["queries"], r["seed"]) for r in rows}
+  history = {r["settings"]: r for r in wd_lib.read_jsonl(path) if "settings" in r}
+  rows = []   # this config's rows
   counts = _numbers(config.query_counts, int)
   if not counts or min(counts) < 1:
     raise ValueError(f"query_counts must be positive integers, got {config.query_counts!r}.")
@@ -74,40 +74,55 @@ def points(config, workdir: str) -> list[dict]:
   questions = task.test[:config.num_questions]
   embeddings = None
 
-  def add(method, eps, n, seed, scores, seconds):
+  def settings(name, eps, n, seed, synrag=None):
+    shared = evaluate.method_settings(name, config, task, seed, len(questions), synrag=synrag)
+    return evaluate.settings_digest({**shared, "epsilon_total": eps, "queries": n,
+                                     "questions": len(questions)})
+
+  def cached(key):
+    if key in history:
+      rows.append(history[key])
+      return True
+    return False
+
+  def add(key, method, eps, n, seed, scores, seconds):
     row = {"dataset": dataset, "method": method, "epsilon_total": eps, "queries": n,
-           "seed": seed, "questions": len(questions), "seconds": round(seconds, 1), **scores}
+           "seed": seed, "questions": len(questions), "seconds": round(seconds, 1),
+           "settings": key, **scores}
     wd_lib.append_jsonl(path, [row])
     rows.append(row)
+    history[key] = row
     logging.info("%s", row)
 
   for seed in _numbers(config.seeds, int):
     flat = [("Non-RAG", "non_rag", None), ("RAG", "rag", None)]
     flat += [("DP-SynRAG", "dp_synrag", eps) for eps in _numbers(config.epsilons)]
     for label, name, eps in flat:
-      if (label, eps, None, seed) in done:
-        continue
-      start = time.time()
-      synrag, tag = None, ""
+      synrag = None
       if name == "dp_synrag":
         synrag = evaluate.synrag_config(config, task, seed)
         synrag.privacy.epsilon = eps
-        tag = "" if eps == config.epsilon else f"eps{eps:g}"
+      key = settings(name, eps, None, seed, synrag)
+      if cached(key):
+        continue
+      start = time.time()
       method = evaluate.make_method(name, config, task, lm, encoder, seed, workdir,
-                                    len(questions), synrag=synrag, tag=tag)
+                                    len(questions), synrag=synrag)
       method.build()
       out = method.answer([q.text for q in questions])
-      add(label, eps, None, seed, _score(task, questions, out, method.retrieves),
+      add(key, label, eps, None, seed, _score(task, questions, out, method.retrieves),
           time.time() - start)
     for eps in _numbers(config.epsilons):
       for n in counts:
-        if ("DP-RAG", eps, n, seed) in done:
+        key = settings("dp_rag", eps, n, seed)
+        if cached(key):
           continue
         if embeddings is None:
           embeddings = encoder.embed(list(task.documents))  # private, in memory only
         start = time.time()
         out = dp_rag_sessions(config, task, lm, encoder, embeddings, questions, eps, n, seed)
-        add("DP-RAG", eps, n, seed, _score(task, questions, out, True), time.time() - start)
+        add(key, "DP-RAG", eps, n, seed, _score(task, questions, out, True),
+            time.time() - start)
   return rows
 
 

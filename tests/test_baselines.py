@@ -7,7 +7,6 @@ import pytest
 
 from dpsynrag_jax import privacy
 from dpsynrag_jax.baselines import DPRAG, RAG, AugPE, DPSynRAG, DPSynth, NonRAG
-from dpsynrag_jax.baselines.dp_synth import batch_of
 from dpsynrag_jax.data.tasks import load_task
 from dpsynrag_jax.models import load_encoder, load_lm
 from dpsynrag_jax.rag import metrics
@@ -50,16 +49,14 @@ def test_rag_retrieves_the_right_notes(models, task):
 
 def test_dp_synth_spends_its_budget_once_over_disjoint_batches(models, task):
   lm, encoder = models
-  method = DPSynth(lm, encoder, task, epsilon=10.0, T=6, batch_size=50, self_filter_enabled=False,
-                   max_new_tokens=4)
+  method = DPSynth(lm, encoder, task, epsilon=10.0, T=6, num_batches=3,
+                   self_filter_enabled=False, max_new_tokens=4)
   method.build()
-  assert len(method.synthetic_texts) <= 3  # ceil(150 / 50) batches, one text each
+  assert len(method.synthetic_texts) <= 3  # 3 batches, one text each
   assert method.epsilon == pytest.approx(10.0, rel=1e-9)
   assert method.c == pytest.approx(math.sqrt(2 * privacy.eps_to_zcdp(10.0, 1e-3) / 6))
   out = method.answer(_questions(task))
   assert len(out.answers) == 6
-  # A document's batch depends on its own text only.
-  assert batch_of("some note", 0, 3) == batch_of("some note", 0, 3)
 
 
 def test_dp_rag_splits_the_budget_over_planned_queries(models, task):
@@ -69,7 +66,9 @@ def test_dp_rag_splits_the_budget_over_planned_queries(models, task):
   out = method.answer(_questions(task)[:3])
   assert len(out.answers) == 3
   assert method.epsilon == pytest.approx(10.0, rel=1e-6)
-  assert all(1 <= len(c) <= 40 for c in out.contexts)  # threshold near k = 8
+  # The threshold lands near k = 8 or, about a quarter of the time at this eps_r (0.77), in the
+  # wide interval above every score (cosines stay below ~0.7), which selects no document.
+  assert all(len(c) <= 40 for c in out.contexts) and any(len(c) >= 1 for c in out.contexts)
   with pytest.raises(privacy.BudgetExceededError):
     method.answer(_questions(task)[3:4])
   more = DPRAG(lm, encoder, task, epsilon_total=10.0, num_queries=30, k=8, T=4)

@@ -120,6 +120,43 @@ def test_unrolled_decode_loop_equals_full_forward(tiny):
                                   err_msg=f"{arch} row {row}")
 
 
+def test_garbage_in_padding_never_reaches_a_real_row(tiny):
+  """The pad token's embedding filled with NaN: every padded position and padded row carries
+  NaN, and the real rows' logits (full forward, prefill, decode) are finite and unchanged."""
+  arch, _, lm = tiny
+  rng = np.random.default_rng(9)
+  prompts = [_ids(rng, 1, n)[0].tolist() for n in (7, 11, 4)]
+  continuation = _ids(rng, 3, 4)
+  poisoned = type(lm)(lm.config, jax.tree.map(lambda a: a, lm.params), lm.tokenizer, lm.dtype,
+                      lm.eos_ids, source="poisoned")
+  poisoned.pad_id = 1
+  embed = np.asarray(poisoned.params["embed"]["embedding"]).copy()
+  embed[poisoned.pad_id] = np.nan
+  poisoned.params = {**poisoned.params, "embed": {"embedding": jax.numpy.asarray(embed)}}
+  clean = type(lm)(lm.config, lm.params, lm.tokenizer, lm.dtype, lm.eos_ids, source="clean")
+  clean.pad_id = 1
+  for model in (clean, poisoned):   # real tokens never use the pad id (ids start at 3)
+    assert all(t != model.pad_id for p in prompts for t in p)
+
+  def run(model):
+    out = [model.logits([p])[0] for p in prompts]        # padded to the length bucket
+    logits, cache = model.prefill(prompts, capacity=32)  # rows of 3 lengths, batch padded to 8
+    out.append(np.asarray(logits[:3]))
+    for step in range(continuation.shape[1]):
+      tokens = np.full((cache.batch_size,), model.pad_id, np.int32)
+      tokens[:3] = continuation[:, step]
+      logits, cache = model.decode_step(tokens, cache)
+      out.append(np.asarray(logits[:3]))
+    return out
+
+  # A tied head reads the poisoned row as the pad token's own logit column: leave it out.
+  keep = np.arange(lm.config.vocab_size) != (clean.pad_id if lm.config.tie_word_embeddings
+                                              else -1)
+  for a, b in zip(run(clean), run(poisoned)):
+    assert np.all(np.isfinite(b[..., keep])), arch
+    np.testing.assert_allclose(a[..., keep], b[..., keep], atol=1e-5, err_msg=arch)
+
+
 @pytest.mark.parametrize("arch", ["llama3_rope_biases", "gemma2_softcap_sandwich_window"])
 def test_sharded_checkpoint_round_trip(arch, tmp_path):
   """save_pretrained with small shards (index json) loads to the same logits as one file."""

@@ -118,7 +118,6 @@ def test_variants_combine_with_plus():
   both = ablations.variant_config(base, "rdp+public_prior")
   assert (both.privacy.accountant, both.generation.omega) == ("rdp", 0.1)
   assert (base.privacy.accountant, base.generation.omega) == ("closed_form", 0.0)  # untouched
-  assert ablations.build_tag("rdp+public_prior", 3.0, 10.0) == "rdp-public_prior_eps3"
   rows = [{"dataset": "m", "epsilon_total": 3.0, "variant": v, "accuracy": 0.1,
            "context_recall": 0.2, "epsilon": 3.0, "synthetic_texts": 4, "seconds_build": 1.0}
           for v in ("rdp+public_prior", "full", "rdp")]
@@ -154,9 +153,12 @@ def test_utility_options_spend_the_same_budget_and_share_builds(eval_dir):
     # Each run's own accountant reads exactly the budget (rdp: the RDP accountant).
     assert abs(s["epsilon"] - 3.0) < 1e-4, s["variant"]
   builds = set(os.listdir(os.path.join(workdir, "dp_synrag")))
-  assert "medical_eps3_seed0" in builds_before          # the full method's build is reused
-  assert builds - builds_before == {f"medical_{v}_eps3_seed0" for v in
-                                    config.variants.split(",") if v != "full"}
+  # The full method at eps 3 is queries_vs_accuracy's build, reused; each variant built once.
+  full = next(s for s in summary if s["variant"] == "full")
+  rows = [json.loads(line) for line in open(os.path.join(workdir, "utility_options.jsonl"))]
+  assert next(r["build"] for r in rows if r["variant"] == "full").split("/")[-1] in builds_before
+  assert len(builds - builds_before) == len(config.variants.split(",")) - 1
+  assert full["epsilon"] == pytest.approx(3.0, abs=1e-4)
   assert "| medical | 3 | difference |" in open(
       os.path.join(workdir, "utility_options.md")).read()
 
@@ -193,3 +195,92 @@ def test_demo_runs_end_to_end_on_the_tiny_config(tmp_path, capsys):
   assert "answers name the right disease" in out
   demo.run(str(tmp_path), num_questions=2, top_k=3, config_arg="tiny")
   assert "Reusing the finished build" in capsys.readouterr().out
+
+
+def test_dp_synrag_fields_the_evaluation_fills_cannot_be_set_silently():
+  config = evaluate_config.get_config("tiny")
+  task = evaluate.load_eval_task(config, "medical")
+  assert evaluate.synrag_config(config, task, 0).privacy.epsilon == config.epsilon
+  for dotted, value, source in [("privacy.epsilon", 3.0, "epsilon"), ("seed", 4, "seeds"),
+                                ("data.num_documents", 10, "num_documents"),
+                                ("self_filter.enabled", True, "self_filter")]:
+    bad = evaluate_config.get_config("tiny")
+    node = bad.dp_synrag
+    *parents, name = dotted.split(".")
+    for p in parents:
+      node = node[p]
+    node[name] = value   # what --config.dp_synrag.<dotted>=<value> does
+    with pytest.raises(ValueError, match=rf"dp_synrag.{dotted} is set by the evaluation from "
+                                         rf"{source}"):
+      evaluate.synrag_config(bad, task, 0)
+
+
+def test_the_epsilon_sweep_moves_dp_rag_too():
+  from launch import grid  # pylint: disable=g-import-not-at-top,unused-import
+  budgets = []
+  for point in evaluate_config.get_sweep("epsilon"):
+    config = evaluate_config.get_config("tiny")
+    for key, value in point.items():
+      node = config
+      *parents, name = key.split(".")
+      for p in parents:
+        node = node[p]
+      node[name] = value
+    budgets.append((config.epsilon, evaluate.dp_rag_budget(config, 10)))
+  assert [b for _, b in budgets] == [10 * e for e, _ in budgets]
+  assert len({b for _, b in budgets}) == 4
+
+
+def test_ablations_read_the_budget_when_they_run():
+  config = ablations_config.get_config("tiny")
+  config.epsilon = 3.0   # --config.epsilon=3
+  assert ablations.budgets(config) == [3.0]
+  config.epsilons = "5,2"
+  assert ablations.budgets(config) == [5.0, 2.0]
+
+
+def test_option_combinations_that_do_nothing_are_refused():
+  from dpsynrag_jax.synrag.private_prediction import PrivateTokenSelector
+  with pytest.raises(ValueError, match="omega.*no effect with clip='difference'"):
+    PrivateTokenSelector(c=0.1, method="difference", omega=0.1)
+  with pytest.raises(ValueError, match="candidates > 0"):
+    PrivateTokenSelector(c=0.1, candidate_ids=(3, 4))
+  PrivateTokenSelector(c=0.1, candidates=5, candidate_ids=(3, 4))   # the working combination
+
+
+def test_rows_and_builds_are_keyed_by_their_settings(tmp_path):
+  """A rerun with other settings in the same work dir computes new rows; the tables show the
+  current settings' rows; builds of other configs get their own directories."""
+  from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
+  config = evaluate_config.get_config("tiny")
+  config.methods = "non_rag"
+  first = evaluate.run(config, str(tmp_path))
+  config.answer_tokens = 2
+  second = evaluate.run(config, str(tmp_path))
+  assert len(first) == len(second) == 1 and first[0]["settings"] != second[0]["settings"]
+  assert len(open(tmp_path / "results.jsonl").read().splitlines()) == 2
+  assert len(json.load(open(tmp_path / "results.json"))["rows"]) == 1
+  assert evaluate.run(config, str(tmp_path))[0]["settings"] == second[0]["settings"]
+  assert len(open(tmp_path / "results.jsonl").read().splitlines()) == 2   # reused
+  task = evaluate.load_eval_task(config, "medical")
+  at10 = evaluate.synrag_config(config, task, 0)
+  at3 = evaluate.synrag_config(config, task, 0)
+  at3.privacy.epsilon = 3.0
+  assert (evaluate.synrag_build_dir("w", at10) != evaluate.synrag_build_dir("w", at3))
+  # An option added later, at its off value, names the same build as a config without it.
+  older = at10.to_dict()
+  del older["generation"]["candidates"], older["generation"]["candidate_terms"]
+  assert wd_lib.config_digest(older) == wd_lib.config_digest(at10.to_dict())
+
+
+def test_dp_rag_takes_questions_with_braces(tmp_path):
+  from dpsynrag_jax.baselines import DPRAG  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.baselines import dp_rag  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.models import load_encoder, load_lm  # pylint: disable=g-import-not-at-top
+  assert "{x} and {{y}}" in dp_rag.answer_template("{x} and {{y}}").format(d="doc")
+  config = evaluate_config.get_config("tiny")
+  task = evaluate.load_eval_task(config, "medical")
+  method = DPRAG(load_lm("tiny-random"), load_encoder("all-minilm-l6-v2"), task,
+                 epsilon_total=10.0, num_queries=1, k=4, T=2)
+  method.build()
+  assert len(method.answer(["What is {my} disease? }{"]).answers) == 1

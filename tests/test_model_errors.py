@@ -122,3 +122,31 @@ def test_generate_answers_in_the_callers_order_after_length_sorting():
   together = lm.generate_ids(prompts, 4, batch_size=1)
   alone = [lm.generate_ids([p], 4, batch_size=1)[0] for p in prompts]
   assert together == alone
+
+
+def test_special_ids_outside_the_vocabulary_fall_back(tmp_path):
+  """transformers' default Phi-3 eos id (32000) beside a 131-token vocabulary: it can never be
+  produced (dropped) and must not be used for padding; logits match transformers and are
+  finite at every position."""
+  torch.manual_seed(0)
+  config = transformers.Phi3Config(hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=6, num_key_value_heads=2, vocab_size=131,
+                                   pad_token_id=0)
+  assert config.eos_token_id == 32000
+  model = transformers.Phi3ForCausalLM(config).eval()
+  model.save_pretrained(tmp_path)
+  lm = load_lm(str(tmp_path))
+  assert lm.eos_ids == () and 0 <= lm.pad_id < 131
+  ids = np.random.default_rng(0).integers(1, 131, size=(2, 9)).astype(np.int32)
+  ours = lm.logits(ids)
+  with torch.no_grad():
+    ref = model(torch.tensor(ids, dtype=torch.long)).logits.numpy()
+  assert np.all(np.isfinite(ours))
+  np.testing.assert_allclose(ours, ref, atol=1e-4)
+
+
+def test_special_ids_helper():
+  from dpsynrag_jax.models.language_model import special_ids
+  assert special_ids(100, (2, 500), None) == ((2,), 2)
+  assert special_ids(100, (500,), 700) == ((), 0)
+  assert special_ids(100, (3,), 7) == ((3,), 7)

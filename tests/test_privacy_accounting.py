@@ -133,3 +133,40 @@ def test_calibration_refuses_budget_the_fixed_parts_exceed():
     privacy.calibrate(0.5, 1e-3, **PAPER)
   with pytest.raises(ValueError, match="accountant"):
     privacy.calibrate(10.0, 1e-3, accountant="moments", **{k: v for k, v in PAPER.items()})
+
+
+@pytest.mark.parametrize("accountant", ["closed_form", "rdp"])
+def test_baseline_calibrations_spend_exactly_their_budget(accountant):
+  """DP-Synth and DP-RAG take c from the calibration helpers, under either accountant, and
+  their ledgers (the same cost functions) read back exactly the budget."""
+  c = privacy.calibrate_dp_synth(10.0, 1e-3, T=70, accountant=accountant)
+  ledger = privacy.PrivacyLedger(10.0, 1e-3, accountant=accountant, max_clusters_per_document=1)
+  for b in range(5):
+    ledger.record_tokens(b, 70, c, 1.0)
+  assert ledger.spent_epsilon() == pytest.approx(10.0, rel=1e-6)
+  eps_r, c = privacy.calibrate_dp_rag(30.0, 1e-3, num_queries=3, T=30, accountant=accountant)
+  ledger = privacy.PrivacyLedger(30.0, 1e-3, accountant=accountant)
+  for q in range(3):
+    ledger.record(privacy.make_entry("exponential", {"epsilon": eps_r}, label=f"q{q}"))
+    ledger.record_tokens(None, 30, c, 1.0, label=f"q{q} tokens")
+  assert ledger.spent_epsilon() == pytest.approx(30.0, rel=1e-6)
+  closed = privacy.calibrate_dp_synth(10.0, 1e-3, T=70)
+  assert closed == pytest.approx(math.sqrt(2 * privacy.eps_to_zcdp(10.0, 1e-3) / 70))
+  if accountant == "rdp":
+    assert privacy.calibrate_dp_synth(10.0, 1e-3, T=70, accountant="rdp") > closed
+
+
+def test_every_cost_comes_from_one_table():
+  """The ledger's rho and DpEvents, Theorem 1 and the mechanisms' helpers agree because they
+  are the same functions (privacy.costs)."""
+  from dpsynrag_jax.privacy import costs, ledger as ledger_lib
+  assert ledger_lib._KINDS is costs.KINDS
+  cal = privacy.calibrate(10.0, 1e-3)
+  parts = [privacy.make_entry("gaussian", {"sensitivity": math.sqrt(cal.K), "sigma": cal.sigma_h}),
+           privacy.make_entry("exponential", {"epsilon": cal.eps_theta}),
+           privacy.make_entry("gaussian", {"sensitivity": 1.0, "sigma": cal.sigma_mu}),
+           privacy.make_entry("tokens", {"count": cal.T, "c": cal.c, "tau": cal.tau})]
+  rho = parts[0].rho + cal.L * sum(p.rho for p in parts[1:])
+  assert rho == pytest.approx(cal.rho_total, rel=1e-12)
+  assert privacy.token_rho(cal.c, cal.tau) == costs.tokens_rho(1, cal.c, cal.tau)
+  assert privacy.gaussian_rho(1.0, cal.sigma_mu) == costs.gaussian_rho(1.0, cal.sigma_mu)

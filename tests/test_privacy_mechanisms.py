@@ -173,3 +173,31 @@ def test_sample_token_law_and_vocab_mask():
   assert privacy.token_epsilon(c, tau) == pytest.approx(0.8)
   assert privacy.token_rho(c, tau) == pytest.approx(privacy.token_epsilon(c, tau)**2 / 8)
   assert privacy.token_rho(c, tau) == pytest.approx(privacy.exponential_rho(2 * c / tau))
+
+
+def test_token_utilities_are_floored_within_the_noise_range_with_the_same_sensitivity():
+  from dpsynrag_jax.privacy import mechanisms
+  assert mechanisms.TOKEN_UTILITY_SPAN < mechanisms.GUMBEL_RANGE
+  u = jnp.array([0.0, -5.0, -39.0, -41.0, -1e6, -jnp.inf])
+  floored = np.asarray(mechanisms.floor_utilities(u))
+  np.testing.assert_allclose(floored, [0.0, -5.0, -39.0, -40.0, -40.0, -40.0])
+  # Neighbours: every entry moves by at most c; so does every floored entry.
+  rng = np.random.default_rng(0)
+  c = 0.3
+  for _ in range(200):
+    u = rng.normal(0, 20, 64).astype(np.float32)
+    v = u + rng.uniform(-c, c, 64).astype(np.float32)
+    diff = np.asarray(mechanisms.floor_utilities(jnp.asarray(v)) -
+                      mechanisms.floor_utilities(jnp.asarray(u)))
+    assert np.all(np.abs(diff) <= c + 1e-4)
+
+
+def test_gumbel_noise_reaches_past_the_float32_default():
+  """The default float32 Gumbel stops at 16.64 (-log(2^-24)): a token 21 nats below the top
+  could never be drawn. The sampler's noise goes past that (fixed key: deterministic)."""
+  from dpsynrag_jax.privacy import mechanisms
+  default_max = -np.log(-np.log1p(-2.0**-24))
+  draw = jax.jit(lambda k: jnp.max(mechanisms.gumbel(k, (1 << 22,))))
+  best = max(float(draw(jax.random.PRNGKey(i))) for i in range(64))   # 2^28 draws
+  assert best > default_max
+  assert mechanisms.GUMBEL_MAX > 44 and mechanisms.GUMBEL_RANGE > 48

@@ -132,3 +132,48 @@ def test_clusters_in_the_same_buckets_share_compiled_programs(tiny_lm):
   longer = pp.suffixes([NOTE + " " + NOTE] * 20)
   pp.decode_group([longer], [jax.random.PRNGKey(2)], pp.shape_of(longer))
   assert inference.TRACE_COUNTS["private_decode"] - before["private_decode"] == 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _FirstRowEnds:
+  """Row 0 emits EOS at once; every other row keeps emitting `other`."""
+  eos: int
+  other: int
+
+  def __call__(self, key, logits, aux):
+    rows = jnp.arange(logits.shape[0])
+    return jnp.where(rows == 0, self.eos, self.other).astype(jnp.int32)
+
+
+def test_batch_padding_rows_start_done_so_eos_ends_the_loop(tiny_lm, monkeypatch):
+  logits, cache = tiny_lm.prefill([[5, 6, 7]], capacity=32)   # batch padded to 8 rows
+  padding = jnp.arange(logits.shape[0]) >= 1
+  tokens, lengths = inference.decode_loop(
+      tiny_lm.params, tiny_lm.config, tiny_lm.dtype, cache, logits, jax.random.PRNGKey(0),
+      max_new_tokens=8, select=_FirstRowEnds(tiny_lm.eos_ids[0], 9), eos_ids=tiny_lm.eos_ids,
+      pad_id=tiny_lm.pad_id, padding=padding)
+  assert int(lengths[0]) == 1
+  assert np.all(np.asarray(tokens)[1:] == tiny_lm.pad_id)   # the loop stopped after one step
+  # generate() marks its batch padding that way.
+  seen = []
+  original = inference.decode_loop
+
+  def spy(*args, **kwargs):
+    seen.append(np.asarray(kwargs["padding"]))
+    return original(*args, **kwargs)
+
+  monkeypatch.setattr(inference, "decode_loop", spy)
+  tiny_lm.generate(["a", "b", "c"], max_new_tokens=2)
+  assert seen and seen[0].tolist() == [False] * 3 + [True] * 5
+
+
+def test_an_empty_cluster_is_drawn_without_the_model_and_identically(tiny_lm):
+  pp = PrivatePredictor(tiny_lm, c=0.1, tau=1.0, T=12)
+  assert pp.decodes_empty_without_model
+  for seed in range(3):
+    key = jax.random.PRNGKey(seed)
+    assert pp.decode_empty(key) == pp.decode_group([[]], [key], pp.shape_of([]))[0]
+  prior = PrivatePredictor(tiny_lm, c=0.1, tau=1.0, T=4, omega=0.1)
+  assert not prior.decodes_empty_without_model   # the public row must be decoded
+  with pytest.raises(ValueError, match="public row"):
+    prior.decode_empty(jax.random.PRNGKey(0))

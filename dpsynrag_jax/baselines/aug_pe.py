@@ -35,6 +35,11 @@ VARIATION_PROMPT = ("Rewrite the following text with small changes, keeping its 
                     "Text: {x}")
 
 
+def round_key(seed: int, round_: int) -> jax.Array:
+  """The PRNG key of voting round `round_`'s noise (privacy.keys stream 'aug_pe')."""
+  return privacy.stream_key(seed, "aug_pe", round_)
+
+
 @jax.jit
 def _noisy_votes(key, private, synthetic, sigma):
   """private [N, D], synthetic [M, D] unit rows -> noisy nearest-neighbour counts [M]."""
@@ -62,7 +67,7 @@ class AugPE(RetrievalMethod):
     self.lm, self.encoder, self.task = lm, encoder, task
     self.population, self.iterations = population, iterations
     self.text_tokens, self.temperature = max_new_tokens, temperature
-    self.vote_threshold, self.seed = vote_threshold, seed
+    self.vote_threshold, self.seed = vote_threshold, privacy.check_seed(seed)
     self.top_k, self.max_new_tokens = task.top_k, answer_tokens
     self.sigma = math.sqrt(iterations / (2.0 * privacy.eps_to_zcdp(epsilon, delta)))
     self.ledger = privacy.PrivacyLedger(epsilon, delta)
@@ -78,10 +83,9 @@ class AugPE(RetrievalMethod):
     texts = self._generate([prompt] * self.population, 0)
     private = jnp.asarray(self.encoder.embed(list(self.task.documents)))
     rng = np.random.default_rng(self.seed)
-    key = jax.random.PRNGKey(self.seed)
     for round_ in range(1, self.iterations + 1):
       self.ledger.record_gaussian(1.0, self.sigma, label=f"round {round_} votes")
-      votes = np.asarray(_noisy_votes(jax.random.fold_in(key, round_), private,
+      votes = np.asarray(_noisy_votes(round_key(self.seed, round_), private,
                                       jnp.asarray(self.encoder.embed(texts)), self.sigma))
       weights = np.where(votes >= self.vote_threshold, votes, 0.0)
       if weights.sum() <= 0:  # every count drowned in noise: keep the population as is

@@ -66,17 +66,20 @@ class Retriever:
 class RetrievalMethod(Method):
   """A method whose build() makes a text collection; answers retrieve top_k texts from it.
 
-  Subclasses set lm, top_k and max_new_tokens, and self.retriever in build().
+  Subclasses set lm, top_k and max_new_tokens, and self.retriever in build(); `reader` is the
+  reader prompt (rag.answer; None: the generic 'paper' prompt).
   """
   lm = None
   top_k: int = 10
   max_new_tokens: int = 48
   retriever: Retriever | None = None
+  reader: rag_answer.ReaderPrompt | None = None
 
   def answer(self, questions: Sequence[str]) -> Answers:
     if self.retriever is None:
       raise RuntimeError(f"Call {type(self).__name__}.build() first.")
     contexts = self.retriever.retrieve(questions, self.top_k)
     answers = rag_answer.answer_questions(self.lm, questions, contexts,
-                                          max_new_tokens=self.max_new_tokens)
+                                          max_new_tokens=self.max_new_tokens,
+                                          prompt=self.reader)
     return Answers(answers, contexts)

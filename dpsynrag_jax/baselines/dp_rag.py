@@ -8,12 +8,12 @@ planned number of questions, so the answers get worse as more questions are plan
 ledger refuses a question past the plan.
 
 Budget per question (zCDP): rho_q = eps_to_zcdp(eps_total, delta) / num_queries; the threshold
-takes retrieval_share * rho_q (eps_r = sqrt(8 rho)), the T tokens the rest (c from T (c/tau)^2/2).
+takes retrieval_share * rho_q (eps_r = sqrt(8 rho)), the T tokens the rest
+(`privacy.calibrate_dp_rag`, under either accountant).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import jax
@@ -28,6 +28,20 @@ from dpsynrag_jax.synrag.private_prediction import PrivatePredictor
 
 ANSWER_PROMPT = ("Question: {q}\nAnswer the question using the document below.\n"
                  "Document: {{d}}")
+
+
+def answer_template(question: str) -> str:
+  """The per-document prompt template of one question, with its {d} slot.
+
+  The question's own braces are escaped: the template is formatted once more per document.
+  """
+  return ANSWER_PROMPT.format(q=question.replace("{", "{{").replace("}", "}}"))
+
+
+def question_key(seed: int, session: int, question: int) -> jax.Array:
+  """The PRNG key of a session's question (privacy.keys stream 'dp_rag'); folded with 0 for
+  the threshold, 1 for the tokens."""
+  return privacy.stream_key(seed, "dp_rag", session, question)
 
 
 @jax.jit
@@ -45,25 +59,30 @@ class DPRAG(Method):
     k: target number of retrieved documents per question.
     retrieval_share: fraction of each question's rho spent on the threshold.
     T, tau, omega: answer tokens, temperature, public prior weight.
+    accountant: 'closed_form' or 'rdp', what c is calibrated (and the ledger read) with.
     embeddings: [N, D] unit embeddings of task.documents when already computed (several
       question sessions over one database share them); private, kept in memory only.
+    session: which question session this is (sessions of one seed draw independent keys).
   """
   name = "DP-RAG"
 
   def __init__(self, lm, encoder, task: Task, *, epsilon_total: float, num_queries: int,
                delta: float = 1e-3, k: int = 20, retrieval_share: float = 0.1, T: int = 30,
                tau: float = 1.0, omega: float = 0.01, seed: int = 0,
-               embeddings: np.ndarray | None = None):
+               embeddings: np.ndarray | None = None, accountant: str = "closed_form",
+               session: int = 0):
     if num_queries < 1:
       raise ValueError("num_queries must be >= 1.")
     if not 0 < retrieval_share < 1:
       raise ValueError("retrieval_share must be in (0, 1).")
     self.lm, self.encoder, self.task = lm, encoder, task
-    self.k, self.T, self.tau, self.omega, self.seed = k, T, tau, omega, seed
-    rho_q = privacy.eps_to_zcdp(epsilon_total, delta) / num_queries
-    self.eps_r = math.sqrt(8.0 * retrieval_share * rho_q)
-    self.c = tau * math.sqrt(2.0 * (1.0 - retrieval_share) * rho_q / T)
-    self.ledger = privacy.PrivacyLedger(epsilon_total, delta)
+    self.k, self.T, self.tau, self.omega = k, T, tau, omega
+    self.seed = privacy.check_seed(seed)
+    self.session = int(session)
+    self.eps_r, self.c = privacy.calibrate_dp_rag(
+        epsilon_total, delta, num_queries=num_queries, T=T, tau=tau,
+        retrieval_share=retrieval_share, accountant=accountant)
+    self.ledger = privacy.PrivacyLedger(epsilon_total, delta, accountant=accountant)
     self.embeddings = embeddings
     self.predictor = None
     self.asked = 0
@@ -81,7 +100,7 @@ class DPRAG(Method):
     query_vectors = self.encoder.embed(list(questions)) if questions else []
     for q, vector in tqdm.tqdm(list(zip(questions, query_vectors)), desc="DP-RAG questions",
                                unit="question", disable=len(questions) < 2):
-      key = jax.random.fold_in(jax.random.PRNGKey(self.seed), self.asked)
+      key = question_key(self.seed, self.session, self.asked)
       # Charged before the mechanisms run; raises BudgetExceededError past the plan.
       self.ledger.record(privacy.make_entry("exponential", {"epsilon": self.eps_r},
                                             label=f"query {self.asked} retrieval"))
@@ -92,7 +111,7 @@ class DPRAG(Method):
       keep = np.asarray(_select(jax.random.fold_in(key, 0), jnp.asarray(scores),
                                 jnp.int32(self.k), jnp.float32(self.eps_r)))
       docs = [self.task.documents[i] for i in np.flatnonzero(keep)]
-      predictor = self.predictor.with_prompt(ANSWER_PROMPT.format(q=q))
+      predictor = self.predictor.with_prompt(answer_template(q))
       suffixes = predictor.suffixes(docs)
       (tokens,) = predictor.decode_group([suffixes], [jax.random.fold_in(key, 1)],
                                          predictor.shape_of(suffixes))

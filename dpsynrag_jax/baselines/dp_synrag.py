@@ -15,7 +15,9 @@ class DPSynRAG(RetrievalMethod):
 
   Args:
     config: a pipeline config (experiments/configs/medical_synth.py style).
-    workdir: where the build goes; a finished build with the same config is reused.
+    workdir: where the build goes; a finished build with the same config is reused, an
+      interrupted one resumed. A build of another config there is an error, never overwritten
+      (name work dirs by `workdir.config_digest`, as the evaluation apps do).
     top_k: texts retrieved per question.
   """
   name = "DP-SynRAG"
@@ -31,10 +33,7 @@ class DPSynRAG(RetrievalMethod):
   def build(self) -> None:
     wd = wd_lib.Workdir(self.workdir)
     if not wd.holds_finished(self.config.to_dict()):
-      config = self.config.copy_and_resolve_references()
-      config.unlock()
-      config.runtime.overwrite = True
-      pipeline.build_synthetic_db(config, self.workdir, lm=self.lm, encoder=self.encoder)
+      pipeline.build_synthetic_db(self.config, self.workdir, lm=self.lm, encoder=self.encoder)
     # Only released files are read from here on.
     records = wd_lib.read_jsonl(wd.path(wd_lib.SYNTHETIC_DB))
     index = rag_index.load_index(wd.path(wd_lib.INDEX))

@@ -1,20 +1,21 @@
 """DP-Synth (Amin et al. 2024): private prediction over disjoint batches, no retrieval structure.
 
-Documents are split into disjoint batches of about `batch_size`; each batch is rephrased into
-one synthetic text by the same clipped-sum private decode as DP-SynRAG, then self-filtered and
+Documents are split into `num_batches` disjoint batches; each batch is rephrased into one
+synthetic text by the same clipped-sum private decode as DP-SynRAG, then self-filtered and
 indexed. Every document is in exactly one batch, so by parallel composition the run costs one
 batch's T tokens: rho = T (c/tau)^2 / 2, with c set to spend eps_total (no histogram, no
 re-ranking, L = 1).
 
-A document's batch is a keyed hash of its text, so it depends on the document alone (the
-partition of the others does not move when one is added or removed). The number of batches,
-ceil(N / batch_size), treats the corpus size N as public, as the original method does.
+A document's batch is a keyed hash of its text and `num_batches` is a public config value
+(the paper's batches of 100 on 8000 notes: 80), so a document's batch depends on that document
+alone and the number of texts on nothing private. Deriving it from the corpus size,
+ceil(N / batch_size), would let one added document re-partition every other and change how many
+texts are released: no finite epsilon under add/remove neighbouring.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 
 import jax
 import numpy as np
@@ -33,45 +34,54 @@ def batch_of(text: str, seed: int, num_batches: int) -> int:
   return int.from_bytes(digest[:8], "little") % num_batches
 
 
+def batch_key(seed: int, batch: int) -> jax.Array:
+  """The PRNG key of one batch's tokens (privacy.keys stream 'dp_synth')."""
+  return privacy.stream_key(seed, "dp_synth", batch)
+
+
 class DPSynth(RetrievalMethod):
   """Args:
     task: documents, self-filter prompt and top_k.
     epsilon, delta: the whole run's budget.
     T, tau: private tokens per synthetic text and sampling temperature.
-    batch_size: documents per batch (100 in the paper).
+    num_batches: how many batches (and texts); public, never derived from the corpus size.
+    accountant: 'closed_form' or 'rdp', the accountant c is calibrated (and the ledger read)
+      with.
   """
   name = "DP-Synth"
 
   def __init__(self, lm, encoder, task: Task, *, epsilon: float = 10.0, delta: float = 1e-3,
-               T: int = 70, tau: float = 1.0, batch_size: int = 100, seed: int = 0,
-               self_filter_enabled: bool = True, max_new_tokens: int = 48):
+               T: int = 70, tau: float = 1.0, num_batches: int = 80, seed: int = 0,
+               self_filter_enabled: bool = True, max_new_tokens: int = 48,
+               accountant: str = "closed_form"):
+    if isinstance(num_batches, bool) or int(num_batches) != num_batches or num_batches < 1:
+      raise ValueError(f"num_batches must be a positive integer, got {num_batches!r}.")
     self.lm, self.encoder, self.task = lm, encoder, task
-    self.T, self.tau, self.batch_size, self.seed = T, tau, batch_size, seed
+    self.T, self.tau, self.num_batches = T, tau, int(num_batches)
+    self.seed = privacy.check_seed(seed)
     self.self_filter_enabled = self_filter_enabled
     self.top_k, self.max_new_tokens = task.top_k, max_new_tokens
-    rho = privacy.eps_to_zcdp(epsilon, delta)
-    self.c = tau * math.sqrt(2.0 * rho / T)
-    self.ledger = privacy.PrivacyLedger(epsilon, delta, max_clusters_per_document=1)
+    self.c = privacy.calibrate_dp_synth(epsilon, delta, T=T, tau=tau, accountant=accountant)
+    self.ledger = privacy.PrivacyLedger(epsilon, delta, accountant=accountant,
+                                        max_clusters_per_document=1)
     self.synthetic_texts: list[str] = []
 
+  def batches(self, documents) -> dict[int, list[str]]:
+    """batch -> its documents, for every batch 0 .. num_batches - 1 (empty ones included)."""
+    batches: dict[int, list[str]] = {b: [] for b in range(self.num_batches)}
+    for d in documents:
+      batches[batch_of(d, self.seed, self.num_batches)].append(d)
+    return batches
+
   def build(self) -> None:
-    docs = self.task.documents
-    num_batches = max(1, math.ceil(len(docs) / self.batch_size))
-    batches: dict[int, list[str]] = {b: [] for b in range(num_batches)}
-    for d in docs:
-      batches[batch_of(d, self.seed, num_batches)].append(d)
+    batches = self.batches(self.task.documents)
     predictor = PrivatePredictor(self.lm, c=self.c, tau=self.tau, T=self.T)
     suffixes = {b: predictor.suffixes(ds) for b, ds in batches.items()}
-    key = jax.random.fold_in(jax.random.PRNGKey(self.seed), 3)
-
-    def charge(group):
-      for b in group:
-        self.ledger.record_tokens(b, self.T, self.c, self.tau)
-
-    with tqdm.tqdm(total=num_batches, desc="DP-Synth decode", unit="batch") as bar:
-      tokens = decode_many(predictor, suffixes, lambda b: jax.random.fold_in(key, b),
-                           before_group=charge, progress=bar)
-    texts = [predictor.text(tokens[b]) for b in range(num_batches)]
+    for b in range(self.num_batches):  # every batch charged before any is decoded, in order
+      self.ledger.record_tokens(b, self.T, self.c, self.tau)
+    with tqdm.tqdm(total=self.num_batches, desc="DP-Synth decode", unit="batch") as bar:
+      tokens = decode_many(predictor, suffixes, lambda b: batch_key(self.seed, b), progress=bar)
+    texts = [predictor.text(tokens[b]) for b in range(self.num_batches)]
     keep = np.array([bool(t) for t in texts])
     prompt = self.task.self_filter_prompt
     if self.self_filter_enabled and prompt:

@@ -28,6 +28,16 @@ class Task:
   top_k: int                              # retrieved texts per question
   # Questions that try to extract a person from the database (the leakage experiment).
   attack_queries: tuple[str, ...] = ()
+  # Gold answers each private document holds (evaluation ground truth, e.g. a note's disease);
+  # () when the dataset has none, and then `document_answers` reads them with `matches`.
+  doc_answers: tuple[tuple[str, ...], ...] = ()
+
+  def document_answers(self) -> list[tuple[str, ...]]:
+    """Per document, the test answers it holds (ground truth for evaluation only)."""
+    if self.doc_answers:
+      return [tuple(a) for a in self.doc_answers]
+    vocabulary = sorted({a for q in self.test for a in q.answers})
+    return [tuple(a for a in vocabulary if self.matches(doc, [a])) for doc in self.documents]
 
 
 ATTACK_QUESTION = "Who is the patient diagnosed with {disease}?"
@@ -45,7 +55,8 @@ def medical_task(num_documents: int = 8000, num_validation: int = 1000, num_test
   queries = lambda qs: tuple(TaskQuery(q.text, (q.answer,)) for q in qs)
   attacks = tuple(ATTACK_QUESTION.format(disease=d) for d in ms.diseases)  # public names
   return Task("medical", tuple(ms.documents), tuple(sorted(set(ms.doc_patients))),
-              queries(ms.validation), queries(ms.test), _contains_any, "medical", 10, attacks)
+              queries(ms.validation), queries(ms.test), _contains_any, "medical", 10, attacks,
+              doc_answers=tuple((d,) for d in ms.doc_diseases))
 
 
 def movielens_task(path: str, num_documents=None, num_validation=None, num_test=None,

@@ -54,9 +54,13 @@ class Attention(nn.Module):
 
   @nn.compact
   def __call__(self, x, cos, sin, positions, cache_k, cache_v, cache_positions, window,
-               write_at=None):
+               write_at=None, valid=None):
     """x [B, S, D]; positions [B, S]; cache_k [B, K, H, C]; cache_v [B, K, C, H];
-    cache_positions [B, C]; window.
+    cache_positions [B, C]; window; valid None or [B, S] bool, False at padding positions.
+
+    Padding positions' values are replaced by zeros with `where` before any product: their
+    attention weights are exactly 0, but 0 * NaN is NaN, so garbage there (a NaN embedding
+    of an out-of-range pad id, say) would otherwise reach every real position of the row.
 
     write_at None: the cache is read only; returns (out [B, S, D], k [B, K, H, S],
     v [B, K, S, H]), this call's keys and values.
@@ -76,6 +80,8 @@ class Attention(nn.Module):
     k = rope.apply_rotary(k.reshape(b, s, cfg.num_kv_heads, cfg.head_dim), cos, sin)
     v = v.reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
     k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)       # [B, K, H, S], [B, K, S, H]
+    if valid is not None:
+      v = jnp.where(valid[:, None, :, None], v, jnp.zeros((), v.dtype))
 
     if write_at is not None:
       zero = jnp.zeros((), jnp.int32)
@@ -140,7 +146,8 @@ class DecoderLayer(nn.Module):
   dtype: jnp.dtype
 
   @nn.compact
-  def __call__(self, x, scanned, cos, sin, positions, cache_positions, write_at=None):
+  def __call__(self, x, scanned, cos, sin, positions, cache_positions, write_at=None,
+               valid=None):
     """Returns (x, (k, v)): this call's keys and values, or the updated cache with write_at
     (see Attention)."""
     cache_k, cache_v, window = scanned
@@ -148,7 +155,7 @@ class DecoderLayer(nn.Module):
     norm = lambda name: RMSNorm(cfg.rms_norm_eps, cfg.norm_plus_one, name=name)
     h, k, v = Attention(cfg, self.dtype, name="attn")(
         norm("input_norm")(x), cos, sin, positions, cache_k, cache_v, cache_positions, window,
-        write_at)
+        write_at, valid)
     if cfg.sandwich_norms:
       h = norm("post_attn_norm")(h)
     x = x + h
@@ -183,7 +190,8 @@ class Decoder(nn.Module):
   dtype: jnp.dtype = jnp.float32
 
   @nn.compact
-  def __call__(self, tokens, cache_k, cache_v, cache_positions, lengths, logits_index=None):
+  def __call__(self, tokens, cache_k, cache_v, cache_positions, lengths, logits_index=None,
+               new_lengths=None):
     """Runs S new tokens per row after each row's cached tokens.
 
     Args:
@@ -192,6 +200,8 @@ class Decoder(nn.Module):
       cache_positions: [B, C] int32 position held by each cache slot, -1 when empty.
       lengths: [B] int32, tokens already in the cache per row (the first new token's position).
       logits_index: None for logits at every new position, or [B] int32 picking one position.
+      new_lengths: None (every new token real) or [B] int32, row b's real new tokens; the rest
+        is padding, whose values never reach a real position (see Attention).
 
     Returns:
       (logits [B, S, V] or [B, V] float32, new_k [L, B, K, H, S], new_v [L, B, K, S, H]).
@@ -203,15 +213,18 @@ class Decoder(nn.Module):
     positions = lengths[:, None] + jnp.arange(tokens.shape[1])[None, :]
     cos, sin = rope.cos_sin(cfg, positions)
 
+    valid = (None if new_lengths is None else
+             jnp.arange(tokens.shape[1])[None, :] < new_lengths[:, None])
     layers = nn.scan(
         DecoderLayer,
         variable_axes={"params": 0},
         split_rngs={"params": True},
-        in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+        in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast,
+                 nn.broadcast),
         length=cfg.num_layers)(cfg, self.dtype, name="layers")
     windows = jnp.asarray(cfg.layer_windows, jnp.int32)
     x, (new_k, new_v) = layers(x, (cache_k, cache_v, windows), cos, sin, positions,
-                               cache_positions)
+                               cache_positions, None, valid)
 
     x = RMSNorm(cfg.rms_norm_eps, cfg.norm_plus_one, name="final_norm")(x)
     if logits_index is not None:

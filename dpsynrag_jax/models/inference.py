@@ -33,7 +33,8 @@ def extend(params, cfg: DecoderConfig, dtype, cache: kv_cache.KVCache, tokens, n
   """
   logits, new_k, new_v = Decoder(cfg, dtype).apply(
       {"params": params}, tokens, cache.k, cache.v, cache.positions, cache.lengths,
-      logits_index=jnp.maximum(new_lengths - 1, 0))
+      logits_index=jnp.maximum(new_lengths - 1, 0),
+      new_lengths=None if tokens.shape[1] == 1 else new_lengths)
   return logits, kv_cache.append(cache, new_k, new_v, new_lengths)
 
 
@@ -53,13 +54,16 @@ def decode_step(params, cfg, dtype, cache, tokens):
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "dtype"))
-def full_logits(params, cfg, dtype, tokens):
-  """Logits at every position [B, S, V] float32 of a plain causal forward (no cache)."""
+def full_logits(params, cfg, dtype, tokens, lengths=None):
+  """Logits at every position [B, S, V] float32 of a plain causal forward (no cache).
+
+  lengths: None, or [B] int32 real tokens per row (right padding after them, never read)."""
   TRACE_COUNTS["full_logits"] += 1
   b = tokens.shape[0]
   cache = kv_cache.init_cache(cfg, b, 0, dtype)
   logits, _, _ = Decoder(cfg, dtype).apply(
-      {"params": params}, tokens, cache.k, cache.v, cache.positions, cache.lengths)
+      {"params": params}, tokens, cache.k, cache.v, cache.positions, cache.lengths,
+      new_lengths=lengths)
   return logits
 
 
@@ -111,7 +115,8 @@ class DecodeState:
 
 def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new_tokens: int,
                     select: Callable[[jax.Array, jax.Array, Any], jax.Array],
-                    eos_ids: tuple[int, ...], pad_id: int, unrolled: bool | None = None):
+                    eos_ids: tuple[int, ...], pad_id: int, unrolled: bool | None = None,
+                    padding=None):
   """Chooses up to max_new_tokens tokens per row in one on-device loop (not jitted itself).
 
   Args:
@@ -120,6 +125,8 @@ def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new
     aux: any pytree select needs (e.g. a row mask); passed through unchanged.
     eos_ids: a row is done once it emits one of these (the EOS itself is kept).
     unrolled: run the steps with unrolled layers (None: unrolled_decode_default()).
+    padding: optional [B] bool, rows that are batch padding: done from the start (they emit
+      pad_id), so the loop stops as soon as every real row has ended.
 
   Returns:
     (tokens [B, max_new_tokens] int32, lengths [B] int32 tokens up to and including EOS).
@@ -144,9 +151,9 @@ def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new
     return DecodeState(step=state.step + 1, key=state.key, logits=next_logits, cache=cache,
                        tokens=tokens, done=done)
 
+  done = jnp.zeros((b,), bool) if padding is None else jnp.asarray(padding, bool)
   state = DecodeState(step=jnp.zeros((), jnp.int32), key=key, logits=logits, cache=cache,
-                      tokens=jnp.full((b, max_new_tokens), pad_id, jnp.int32),
-                      done=jnp.zeros((b,), bool))
+                      tokens=jnp.full((b, max_new_tokens), pad_id, jnp.int32), done=done)
   state = jax.lax.while_loop(cond, body, state)
   emitted = jnp.arange(max_new_tokens)[None, :] < state.step
   is_eos = jnp.isin(state.tokens, eos) & emitted
@@ -157,9 +164,9 @@ def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new
 @functools.partial(jax.jit, static_argnames=("cfg", "dtype", "max_new_tokens", "select",
                                              "eos_ids", "pad_id"))
 def decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new_tokens: int,
-                select, eos_ids: tuple[int, ...], pad_id: int):
+                select, eos_ids: tuple[int, ...], pad_id: int, padding=None):
   """Jitted run_decode_loop."""
   TRACE_COUNTS["decode_loop"] += 1
   return run_decode_loop(params, cfg, dtype, cache, logits, key, aux,
                          max_new_tokens=max_new_tokens, select=select, eos_ids=eos_ids,
-                         pad_id=pad_id)
+                         pad_id=pad_id, padding=padding)

@@ -43,6 +43,30 @@ def bucket_batch(n: int) -> int:
   return max(BATCH_MULTIPLE, -(-n // BATCH_MULTIPLE) * BATCH_MULTIPLE)
 
 
+def special_ids(vocab_size: int, eos_ids: Sequence[int], pad_id: Optional[int],
+                source: str = "") -> tuple[tuple[int, ...], int]:
+  """(eos ids, pad id) that lie inside the vocabulary.
+
+  A config may name special tokens the vocabulary lacks (transformers' default Phi-3 eos id
+  32000 beside a small vocabulary): such an EOS can never be produced, so it is dropped; such
+  a pad id would be embedded (a NaN gather) wherever prompts are padded, so it falls back to
+  the first in-vocabulary EOS, else 0. Each fallback is logged.
+  """
+  inside = lambda i: 0 <= int(i) < vocab_size
+  kept = tuple(int(i) for i in eos_ids if inside(i))
+  if len(kept) != len(tuple(eos_ids)):
+    logging.warning("%s: EOS ids %s lie outside the vocabulary [0, %d) and can never be "
+                    "produced; ignoring them.", source or "model",
+                    [int(i) for i in eos_ids if not inside(i)], vocab_size)
+  if pad_id is None or not inside(pad_id):
+    fallback = kept[0] if kept else 0
+    if pad_id is not None:
+      logging.warning("%s: pad id %d lies outside the vocabulary [0, %d); padding with %d "
+                      "instead.", source or "model", int(pad_id), vocab_size, fallback)
+    pad_id = fallback
+  return kept, int(pad_id)
+
+
 class LanguageModel:
   """A decoder LM with its tokenizer; all device work goes through jitted, bucketed calls."""
 
@@ -55,9 +79,9 @@ class LanguageModel:
     self.source = source
     if not eos_ids and tokenizer is not None and tokenizer.eos_token_id is not None:
       eos_ids = (tokenizer.eos_token_id,)
-    self.eos_ids = tuple(int(i) for i in eos_ids)
-    pad = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
-    self.pad_id = int(pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0))
+    self.eos_ids, self.pad_id = special_ids(
+        cfg.vocab_size, eos_ids,
+        getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None, source)
 
   # ---- text <-> ids -------------------------------------------------------------------------
 
@@ -92,8 +116,11 @@ class LanguageModel:
     self._check_ids(ids)
     b, s = ids.shape
     padded = np.full((bucket_batch(b), bucket_length(s)), self.pad_id, np.int32)
-    padded[:b, :s] = ids  # right padding cannot change earlier positions (causal)
-    out = inference.full_logits(self.params, self.config, self.dtype, jnp.asarray(padded))
+    padded[:b, :s] = ids  # right padding: causal, and its values are masked out (Decoder)
+    lengths = np.ones((padded.shape[0],), np.int32)
+    lengths[:b] = s
+    out = inference.full_logits(self.params, self.config, self.dtype, jnp.asarray(padded),
+                                jnp.asarray(lengths))
     return np.asarray(out[:b, :s])
 
   def _check_ids(self, ids: np.ndarray) -> None:
@@ -171,11 +198,12 @@ class LanguageModel:
       chunk = [token_lists[i] for i in rows]
       capacity = bucket_length(max(map(len, chunk))) + bucket_length(max_new_tokens)
       logits, cache = self.prefill(chunk, capacity)
+      padding = np.arange(logits.shape[0]) >= len(chunk)   # batch rows past the prompts
       tokens, lengths = inference.decode_loop(
           self.params, self.config, self.dtype, cache, logits,
           jax.random.fold_in(key, start), max_new_tokens=max_new_tokens,
           select=inference.Sampler(float(temperature)), eos_ids=self.eos_ids,
-          pad_id=self.pad_id)
+          pad_id=self.pad_id, padding=jnp.asarray(padding))
       tokens, lengths = np.asarray(tokens), np.asarray(lengths)
       for j, i in enumerate(rows):
         out[i] = tokens[j, :lengths[j]].tolist()

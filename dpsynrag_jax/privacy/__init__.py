@@ -11,6 +11,9 @@ Neighbouring datasets differ by adding or removing one document. Sensitivities:
 from dpsynrag_jax.privacy.accounting import ACCOUNTANTS
 from dpsynrag_jax.privacy.accounting import Calibration
 from dpsynrag_jax.privacy.accounting import calibrate
+from dpsynrag_jax.privacy.accounting import calibrate_c
+from dpsynrag_jax.privacy.accounting import calibrate_dp_rag
+from dpsynrag_jax.privacy.accounting import calibrate_dp_synth
 from dpsynrag_jax.privacy.accounting import cluster_dp_event
 from dpsynrag_jax.privacy.accounting import eps_to_zcdp
 from dpsynrag_jax.privacy.accounting import rdp_epsilon
@@ -27,6 +30,9 @@ from dpsynrag_jax.privacy.clipping import clipped_logit_sum
 from dpsynrag_jax.privacy.clipping import clipped_logit_sum_checked
 from dpsynrag_jax.privacy.clipping import clipped_logit_sum_sensitivity
 from dpsynrag_jax.privacy.clipping import difference_clipped_sum
+from dpsynrag_jax.privacy.clipping import finite_or_infinite
+from dpsynrag_jax.privacy.keys import check_seed
+from dpsynrag_jax.privacy.keys import stream_key
 from dpsynrag_jax.privacy.ledger import BudgetExceededError
 from dpsynrag_jax.privacy.ledger import Entry
 from dpsynrag_jax.privacy.ledger import make_entry

@@ -26,6 +26,8 @@ import dp_accounting
 from dp_accounting import rdp as dp_rdp
 import numpy as np
 
+from dpsynrag_jax.privacy import costs
+
 ACCOUNTANTS = ("closed_form", "rdp")
 DEFAULT_ORDERS = tuple(dp_rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
 
@@ -45,8 +47,9 @@ def _delta(delta):
 
 def theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau) -> float:
   """Total zCDP rho of one DP-SynRAG run (Theorem 1)."""
-  per_cluster = eps_theta**2 / 8.0 + 1.0 / (2.0 * sigma_mu**2) + T / 2.0 * (c / tau)**2
-  return K / (2.0 * sigma_h**2) + L * per_cluster
+  per_cluster = (costs.exponential_rho(eps_theta) + costs.gaussian_rho(1.0, sigma_mu) +
+                 costs.tokens_rho(T, c, tau))
+  return costs.gaussian_rho(math.sqrt(K), sigma_h) + L * per_cluster
 
 
 def zcdp_to_eps(rho: float, delta: float) -> float:
@@ -72,10 +75,9 @@ def eps_to_zcdp(eps: float, delta: float) -> float:
 def cluster_dp_event(eps_theta, sigma_mu, T, c, tau) -> dp_accounting.DpEvent:
   """The releases of one cluster: threshold EM, noisy embedding sum, T token steps."""
   return dp_accounting.ComposedDpEvent([
-      dp_accounting.ZCDpEvent(rho=eps_theta**2 / 8.0),
-      # Sensitivity 1, so the noise multiplier is sigma_mu itself.
-      dp_accounting.GaussianDpEvent(noise_multiplier=sigma_mu),
-      dp_accounting.SelfComposedDpEvent(dp_accounting.ZCDpEvent(rho=0.5 * (c / tau)**2), int(T)),
+      costs.exponential_event(eps_theta),
+      costs.gaussian_event(1.0, sigma_mu),    # the embedding sum has sensitivity 1
+      costs.tokens_event(T, c, tau),
   ])
 
 
@@ -86,7 +88,7 @@ def run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau) -> dp_accounting
   privacy loss is that of L sequential clusters (parallel composition across the rest).
   """
   return dp_accounting.ComposedDpEvent([
-      dp_accounting.GaussianDpEvent(noise_multiplier=sigma_h / math.sqrt(K)),
+      costs.gaussian_event(math.sqrt(K), sigma_h),
       dp_accounting.SelfComposedDpEvent(cluster_dp_event(eps_theta, sigma_mu, T, c, tau), int(L)),
   ])
 
@@ -151,7 +153,7 @@ class Calibration:
 
   @property
   def per_token_rho(self) -> float:
-    return 0.5 * (self.c / self.tau)**2
+    return costs.tokens_rho(1, self.c, self.tau)
 
   @property
   def rho_total(self) -> float:
@@ -195,27 +197,85 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
     raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}.")
   sigma_h = math.sqrt(K / (2.0 * rho_hist))
   sigma_mu = math.sqrt(1.0 / (2.0 * rho_retr))
-  fixed_rho = rho_hist + L * (eps_theta**2 / 8.0 + rho_retr)
+  c = calibrate_c(
+      epsilon, delta, accountant=accountant, orders=orders,
+      event_of_c=lambda c: run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau),
+      rho_of_c=lambda c: theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau),
+      what="The histogram, thresholds and embedding sums")
+  return Calibration(epsilon=epsilon, delta=delta, accountant=accountant, K=K, L=L, T=T,
+                     tau=tau, sigma_h=sigma_h, sigma_mu=sigma_mu, eps_theta=eps_theta, c=c)
+
+
+def calibrate_c(epsilon: float, delta: float, *, event_of_c, rho_of_c, accountant: str,
+                orders: Sequence[float] = DEFAULT_ORDERS, what: str = "The fixed mechanisms"
+                ) -> float:
+  """The token clipping bound c at which a run spends exactly (epsilon, delta).
+
+  Args:
+    event_of_c: c -> the run's DpEvent (for accountant='rdp').
+    rho_of_c: c -> the run's zCDP rho, of the form a + b c^2 (every run here: Gaussian and
+      exponential mechanisms, then tokens); inverted in closed form for 'closed_form'.
+    accountant: 'closed_form' (Theorem 1's zCDP conversion) or 'rdp' (dp_accounting's RDP
+      accountant; calibrate_dp_mechanism on c to 1e-12, starting from the closed form, which
+      its tighter conversion usually raises; at very large epsilon its finite orders can
+      afford slightly less, and the search then goes down).
+    what: the fixed mechanisms, named in the error when they alone exceed the budget.
+
+  Raises ValueError when the mechanisms other than the tokens already spend the budget.
+  """
+  _positive("epsilon", epsilon)
+  _delta(delta)
+  if accountant not in ACCOUNTANTS:
+    raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}.")
+  fixed_rho = rho_of_c(0.0)
+  per_c2 = rho_of_c(1.0) - fixed_rho
   rho_total = eps_to_zcdp(epsilon, delta)
-  token_rho_total = rho_total - fixed_rho
-  if token_rho_total <= 0:
+  if rho_total - fixed_rho <= 0:
     raise ValueError(
-        f"The histogram, thresholds and embedding sums alone cost rho = {fixed_rho:.4g}, which "
-        f"is not below the budget's rho = {rho_total:.4g} (epsilon={epsilon}, delta={delta}).")
-  c_closed = tau * math.sqrt(2.0 * token_rho_total / (L * T))
-
-  def make(c):
-    return Calibration(epsilon=epsilon, delta=delta, accountant=accountant, K=K, L=L, T=T,
-                       tau=tau, sigma_h=sigma_h, sigma_mu=sigma_mu, eps_theta=eps_theta, c=c)
-
+        f"{what} alone cost rho = {fixed_rho:.4g}, which is not below the budget's rho = "
+        f"{rho_total:.4g} (epsilon={epsilon}, delta={delta}).")
+  c_closed = math.sqrt((rho_total - fixed_rho) / per_c2)
   if accountant == "closed_form":
-    return make(c_closed)
+    return c_closed
   # c = 0 (no token cost) is inside the budget; c_closed is a good first guess (the RDP
   # conversion is tighter, so the answer usually lies above it and the search doubles once).
-  c_rdp = dp_accounting.calibrate_dp_mechanism(
-      lambda: dp_rdp.RdpAccountant(list(orders)),
-      lambda c: run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau),
-      epsilon, delta,
-      bracket_interval=dp_accounting.LowerEndpointAndGuess(0.0, c_closed),
-      tol=1e-12)
-  return make(float(c_rdp))
+  return float(dp_accounting.calibrate_dp_mechanism(
+      lambda: dp_rdp.RdpAccountant(list(orders)), event_of_c, epsilon, delta,
+      bracket_interval=dp_accounting.LowerEndpointAndGuess(0.0, c_closed), tol=1e-12))
+
+
+# The baselines' budgets (the same cost functions, the same two accountants).
+
+
+def calibrate_dp_synth(epsilon: float, delta: float, *, T: int, tau: float = 1.0,
+                       accountant: str = "closed_form") -> float:
+  """c of DP-Synth: each document is in one batch and a batch releases T tokens, so by
+  parallel composition over batches a document's loss is T tokens'."""
+  _positive("T", T)
+  return calibrate_c(epsilon, delta, accountant=accountant,
+                     event_of_c=lambda c: costs.tokens_event(T, c, tau),
+                     rho_of_c=lambda c: costs.tokens_rho(T, c, tau), what="Nothing")
+
+
+def calibrate_dp_rag(epsilon_total: float, delta: float, *, num_queries: int, T: int,
+                     tau: float = 1.0, retrieval_share: float = 0.1,
+                     accountant: str = "closed_form") -> tuple[float, float]:
+  """(eps_r, c) of DP-RAG: num_queries questions in sequence, each a threshold EM of eps_r and
+  T tokens; the threshold takes retrieval_share of a question's zCDP share of the budget, the
+  tokens take the rest (under 'rdp', c is then raised until the RDP accountant reads exactly
+  epsilon_total)."""
+  _positive("num_queries", num_queries)
+  _positive("T", T)
+  if not 0 < retrieval_share < 1:
+    raise ValueError(f"retrieval_share must be in (0, 1), got {retrieval_share!r}.")
+  rho_q = eps_to_zcdp(epsilon_total, delta) / num_queries
+  eps_r = math.sqrt(8.0 * retrieval_share * rho_q)
+  question = lambda c: dp_accounting.ComposedDpEvent(
+      [costs.exponential_event(eps_r), costs.tokens_event(T, c, tau)])
+  c = calibrate_c(
+      epsilon_total, delta, accountant=accountant,
+      event_of_c=lambda c: dp_accounting.SelfComposedDpEvent(question(c), int(num_queries)),
+      rho_of_c=lambda c: num_queries * (costs.exponential_rho(eps_r) +
+                                        costs.tokens_rho(T, c, tau)),
+      what="The retrieval thresholds")
+  return eps_r, c

@@ -23,8 +23,14 @@ Two clipping forms:
 Logits of -inf (a public vocabulary mask) are allowed: they land on the lowest clipped value,
 they are never dropped, because dropping a token only where the data says so would make the
 output support data dependent (infinite privacy loss). To exclude tokens, pass a public vocab
-mask to `mechanisms.sample_token`. NaN and +inf are bugs upstream: `check_finite_logits` raises on
-the host and `assert_finite_logits` is the in-jit checkify form.
+mask to `mechanisms.sample_token`.
+
+Non-finite logits cannot decide a token: inside every clip, NaN maps to the lowest value (like
+-inf) and +inf to the highest (like the row's maximum), so a broken document row still
+contributes a vector in [-c, c] and the sum keeps its sensitivity (one NaN would otherwise make
+the whole sum NaN, and argmax would return token 0 every step). NaN and +inf are still bugs
+upstream: `check_finite_logits` raises on the host and `assert_finite_logits` is the in-jit
+checkify form, for callers who want to fail instead.
 """
 
 from __future__ import annotations
@@ -46,11 +52,20 @@ def clipped_logit_sum_sensitivity(c: float) -> float:
   return float(c)
 
 
+def finite_or_infinite(logits: jax.Array) -> jax.Array:
+  """[..., V] float32 with NaN -> -inf and +inf -> the largest float32: every entry is then a
+  number or -inf, which each clip maps into [-c, c] (NaN to the bottom, +inf to the top)."""
+  logits = jnp.asarray(logits, jnp.float32)
+  logits = jnp.where(jnp.isnan(logits), -jnp.inf, logits)
+  return jnp.where(logits == jnp.inf, jnp.finfo(jnp.float32).max, logits)
+
+
 def clip_logits_grislain(logits: jax.Array, c: float, alpha: float = 1.0) -> jax.Array:
   """Grislain's exp-normalise, centre, rescale clipping of each row.
 
   Args:
-    logits: [..., V] float logits; -inf entries allowed, NaN / +inf are not (see module doc).
+    logits: [..., V] float logits; -inf allowed; NaN is read as -inf and +inf as the largest
+      float (see module doc).
     c: clipping bound, > 0.
     alpha: sharpness of the exp-normalisation, > 0; 1 is the paper's form.
 
@@ -58,7 +73,7 @@ def clip_logits_grislain(logits: jax.Array, c: float, alpha: float = 1.0) -> jax
     [..., V] float32 with every entry in [-c, c]. A row whose entries are all equal (or all -inf)
     maps to zeros.
   """
-  logits = jnp.asarray(logits, jnp.float32)
+  logits = finite_or_infinite(logits)
   row_max = jnp.max(logits, axis=-1, keepdims=True)
   # An all -inf row would give -inf - -inf = NaN; treat it like a tied row (all zeros out).
   row_max = jnp.where(jnp.isfinite(row_max), row_max, 0.0)
@@ -75,8 +90,8 @@ def clip_logits_grislain(logits: jax.Array, c: float, alpha: float = 1.0) -> jax
 
 
 def clip_logits_clamp(logits: jax.Array, c: float) -> jax.Array:
-  """Entrywise clamp to [-c, c]; -inf becomes -c. [..., V] -> [..., V] float32."""
-  return jnp.clip(jnp.asarray(logits, jnp.float32), -c, c)
+  """Entrywise clamp to [-c, c]; -inf and NaN become -c, +inf c. [..., V] -> [..., V] float32."""
+  return jnp.clip(finite_or_infinite(logits), -c, c)
 
 
 def clip_logits(logits: jax.Array, c: float, *, method: str = "grislain",
@@ -131,8 +146,8 @@ def difference_clipped_sum(logits: jax.Array, row_mask: jax.Array, reference: ja
   Returns:
     [V] float32.
   """
-  log_p = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), axis=-1)
-  log_ref = jax.nn.log_softmax(jnp.asarray(reference, jnp.float32), axis=-1)
+  log_p = jax.nn.log_softmax(finite_or_infinite(logits), axis=-1)
+  log_ref = jax.nn.log_softmax(finite_or_infinite(reference), axis=-1)
   # -inf - -inf is NaN and -inf against a finite reference is -inf: both clip to an end of
   # [-c, c] (NaN to -c), never dropped, so the support does not depend on the data.
   diff = jnp.nan_to_num(log_p - log_ref[None], nan=-c, posinf=c, neginf=-c)

@@ -15,6 +15,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from dpsynrag_jax.privacy import costs
+
 # Gumbel noise with 64 random bits per draw (jax's "highest" mode). float32 Gumbel from 23-bit
 # uniforms (the default) lies in [-4.47, 16.64]: a candidate whose utility is more than 21.1
 # nats below the top can never win, so which tokens have probability zero would depend on the
@@ -53,9 +55,7 @@ def gaussian_mechanism(key: jax.Array, value: jax.Array, sigma) -> jax.Array:
   return value + sigma * jax.random.normal(key, value.shape, value.dtype)
 
 
-def gaussian_rho(sensitivity: float, sigma: float) -> float:
-  """zCDP cost of `gaussian_mechanism` on a query of L2 sensitivity `sensitivity`."""
-  return sensitivity**2 / (2.0 * sigma**2)
+gaussian_rho = costs.gaussian_rho   # zCDP cost of `gaussian_mechanism`
 
 
 # Exponential mechanism over a finite set (Gumbel-max).
@@ -86,9 +86,7 @@ def exponential_mechanism(key: jax.Array, utilities: jax.Array, epsilon,
   return jnp.argmax(scaled + gumbel(key, utilities.shape), axis=-1)
 
 
-def exponential_rho(epsilon: float) -> float:
-  """zCDP cost of an epsilon-DP exponential mechanism: epsilon^2 / 8."""
-  return epsilon**2 / 8.0
+exponential_rho = costs.exponential_rho   # zCDP cost of an epsilon-DP exponential mechanism
 
 
 # Threshold mechanism of DP-SynRAG step 3.
@@ -216,5 +214,5 @@ def token_epsilon(c: float, tau: float) -> float:
 
 def token_rho(c: float, tau: float) -> float:
   """zCDP rho of one `sample_token` step: (c/tau)^2 / 2 (= token_epsilon^2 / 8)."""
-  return 0.5 * (c / tau)**2
+  return costs.tokens_rho(1, c, tau)
 

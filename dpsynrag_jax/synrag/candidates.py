@@ -28,7 +28,10 @@ def public_terms(source: str) -> list[str]:
 
 
 def term_token_ids(lm, terms: Sequence[str]) -> list[int]:
-  """Token ids of every term as it appears mid-sentence and at a line start, plus EOS."""
+  """Token ids of every term as it appears mid-sentence and at a line start, plus EOS; none
+  for no terms."""
+  if not terms:
+    return []
   variants = [v for t in terms for v in (t, " " + t, t.lower(), " " + t.lower())]
   ids = {i for row in lm.encode(variants) for i in row} if variants else set()
   ids.update(i for i in lm.eos_ids if 0 <= i < lm.config.vocab_size)

@@ -12,9 +12,10 @@ Phases (each timed and logged):
   release    synthetic_db.jsonl, index.faiss, privacy_ledger.json
 
 Privacy bookkeeping: every mechanism is charged to the ledger, and the ledger saved, BEFORE
-anything derived from its output is persisted. Randomness is keyed (histogram: fold_in(seed, 1);
-cluster r: fold_in(fold_in(seed, 2), r)), so a resumed run recomputes exactly what an
-interrupted one drew and charges nothing twice (privacy.ResumableLedger records once per label).
+anything derived from its output is persisted. Randomness is keyed (`histogram_key`,
+`cluster_key`: streams of privacy.keys that no other method draws from), so a resumed run
+recomputes exactly what an interrupted one drew and charges nothing twice
+(privacy.ResumableLedger records once per release).
 """
 
 from __future__ import annotations
@@ -42,11 +43,21 @@ from dpsynrag_jax.synrag import workdir as wd_lib
 from dpsynrag_jax.synrag.private_prediction import PrivatePredictor, decode_many
 from dpsynrag_jax.synrag.vocabulary import english_vocabulary
 
-_HISTOGRAM_STREAM, _CLUSTER_STREAM = 1, 2
+
+
+def histogram_key(seed: int) -> jax.Array:
+  """The keyword histogram's noise (privacy.keys stream 'histogram')."""
+  return privacy.stream_key(seed, "histogram")
+
+
+def cluster_key(seed: int, cluster: int) -> jax.Array:
+  """Cluster r's key (stream 'clusters'): folded with 0 for the re-ranking, 1 for the tokens."""
+  return privacy.stream_key(seed, "clusters", cluster)
 
 
 class PipelineInterrupted(RuntimeError):
-  """Raised by runtime.stop_after_clusters, to test resumption as a real interruption would."""
+  """Raised by runtime.stop_after_clusters (tests: resumption as a real interruption would
+  leave it) and runtime.stop_after_rerank (plan a build: its clusters before any decoding)."""
 
 
 class _Timer:
@@ -131,6 +142,11 @@ def fit_to_budget(lm, documents: Sequence[str], where: Sequence[str], max_tokens
 
 # ---- the build ------------------------------------------------------------------------------
 
+def document_digests(documents: Sequence[str]) -> list[str]:
+  """sha256 of each document's text (private: they identify documents)."""
+  return [hashlib.sha256(doc.encode("utf-8")).hexdigest() for doc in documents]
+
+
 def documents_digest(documents: Sequence[str]) -> str:
   """sha256 over the documents in order (each length-prefixed, so boundaries count)."""
   digest = hashlib.sha256()
@@ -141,12 +157,25 @@ def documents_digest(documents: Sequence[str]) -> str:
   return digest.hexdigest()
 
 
+DOCUMENT_DIGESTS = "document_digests.txt"   # private/: one sha256 per document, in order
+
+
+def read_document_digests(wd: wd_lib.Workdir) -> list[str] | None:
+  """The per-document digests a build recorded, or None for a build that predates them."""
+  path = wd.private_path(DOCUMENT_DIGESTS)
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    return f.read().split()
+
+
 def _check_documents(wd: wd_lib.Workdir, documents: Sequence[str]) -> None:
-  """Records the private documents' digest; refuses to resume over other documents.
+  """Records the private documents' digests; refuses to resume over other documents.
 
   Cached keywords, embeddings and cluster members are matched to documents by position: a
   corpus edited between an interruption and its resume would mix two datasets, and a person
-  could land in 2L clusters. The digest is private state (it identifies the corpus).
+  could land in 2L clusters. The per-document digests let a later append (synrag.refresh)
+  refuse documents already built. Both are private state (they identify the corpus).
   """
   path = wd.private_path("documents.sha256")
   digest = documents_digest(documents)
@@ -158,8 +187,11 @@ def _check_documents(wd: wd_lib.Workdir, documents: Sequence[str]) -> None:
           f"{wd.root} holds a build of other documents than the ones loaded now (the corpus "
           "changed since it was started); resume with the same documents, or start a new "
           "work dir.")
-    return
-  wd_lib.atomic_write_text(path, digest + "\n")
+  else:
+    wd_lib.atomic_write_text(path, digest + "\n")
+  if read_document_digests(wd) is None:
+    wd_lib.atomic_write_text(wd.private_path(DOCUMENT_DIGESTS),
+                             "".join(d + "\n" for d in document_digests(documents)))
 
 
 def _cached_npy(path: str, compute):
@@ -194,7 +226,7 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
     logging.info("Resuming the interrupted run in %s.", workdir)
   distributed.barrier("prepared")
   timer = _Timer()
-  seed_key = jax.random.PRNGKey(config.seed)
+  seed = privacy.check_seed(config.seed)
   cal = calibration_of(config)
   logging.info("Calibration: sigma_h=%.4g sigma_mu=%.4g eps_theta=%.3g c/tau=%.5g (%s).",
                cal.sigma_h, cal.sigma_mu, cal.eps_theta, cal.c_over_tau, cal.accountant)
@@ -204,13 +236,13 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
     lm = lm or load_lm(config.model.lm, dtype=_dtype(config.model.dtype))
     encoder = encoder or load_encoder(config.model.encoder)
     documents, where = load_private_documents(config.data)
+    if lead:
+      _check_documents(wd, documents)
     documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
                               config.data.too_long)
     vocab = english_vocabulary(config.keywords.vocabulary_size)
-    if lead:
-      _check_documents(wd, documents)
 
-  cluster_key = lambda r: jax.random.fold_in(jax.random.fold_in(seed_key, _CLUSTER_STREAM), r)
+  key_of_cluster = lambda r: cluster_key(seed, r)
   predictor = PrivatePredictor(
       lm, c=cal.c, tau=cal.tau, T=cal.T, method=config.generation.clip,
       alpha=config.generation.alpha, omega=config.generation.omega,
@@ -219,8 +251,11 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
           lm, candidates.public_terms(config.generation.get("candidate_terms", ""))),
       devices=_devices(config.runtime.devices))
   if lead:
-    top_words, selected = _private_phases(config, cal, documents, vocab, lm, encoder, seed_key,
-                                          cluster_key, ledger, wd, timer)
+    top_words, selected = _private_phases(config, cal, documents, vocab, lm, encoder, seed,
+                                          key_of_cluster, ledger, wd, timer)
+    if config.runtime.get("stop_after_rerank", False):
+      raise PipelineInterrupted("Stopped after the re-ranking (runtime.stop_after_rerank); "
+                                "rerun without it to decode.")
     if procs > 1:
       _charge_all_tokens(cal, selected, ledger, wd)
   distributed.barrier("selected")
@@ -229,7 +264,7 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
 
   with timer.phase("decode"):
     mine = [r for r in range(len(selected)) if r % procs == proc]
-    generated = _decode_all(config, cal, predictor, documents, selected, mine, cluster_key,
+    generated = _decode_all(config, cal, predictor, documents, selected, mine, key_of_cluster,
                             ledger if procs == 1 else None, wd, _generated_file(proc))
   distributed.barrier("decoded")
   if not lead:
@@ -267,7 +302,7 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
   return summary
 
 
-def _private_phases(config, cal, documents, vocab, lm, encoder, seed_key, cluster_key, ledger,
+def _private_phases(config, cal, documents, vocab, lm, encoder, seed, cluster_key, ledger,
                     wd, timer) -> tuple[np.ndarray, list[np.ndarray]]:
   """Keywords, histogram, clusters, embeddings and re-ranking: (top words, S_r per cluster)."""
   with timer.phase("keywords"):
@@ -286,7 +321,7 @@ def _private_phases(config, cal, documents, vocab, lm, encoder, seed_key, cluste
       top_words = np.load(top_path)
     else:
       top_words = clustering.noisy_top_keywords(
-          jax.random.fold_in(seed_key, _HISTOGRAM_STREAM), keyword_ids, len(vocab),
+          histogram_key(seed), keyword_ids, len(vocab),
           config.keywords.K, cal.sigma_h, config.clustering.R, ledger)
       ledger.save()
       wd_lib.atomic_save_npy(top_path, top_words)

@@ -74,6 +74,13 @@ class PrivateTokenSelector:
                        f"{CLIP_METHODS}.")
     if self.candidates < 0:
       raise ValueError(f"candidates must be >= 0, got {self.candidates}.")
+    # Combinations that would silently do nothing are refused.
+    if self.method == "difference" and self.omega:
+      raise ValueError("omega (the public prior) has no effect with clip='difference', whose "
+                       "utility already adds the public row's log-probabilities; set omega=0.")
+    if self.candidate_ids and not self.candidates:
+      raise ValueError("candidate_ids (candidate_terms) restrict only the candidate set of "
+                       "candidates > 0; set generation.candidates too, or drop the terms.")
 
   @property
   def needs_public_row(self) -> bool:
@@ -82,7 +89,8 @@ class PrivateTokenSelector:
   def __call__(self, key, logits, aux):
     doc_mask, public_mask = aux
     # The public row's logits [V], only when an option reads them (a [B, V] reduction per step).
-    public = (jnp.sum(jnp.where(public_mask[:, None], logits, 0.0), axis=0)
+    public = (privacy.finite_or_infinite(
+        jnp.sum(jnp.where(public_mask[:, None], logits, 0.0), axis=0))
               if self.needs_public_row else None)
     if self.method == "difference":
       utility = (jax.nn.log_softmax(public) +
@@ -91,7 +99,9 @@ class PrivateTokenSelector:
       utility = privacy.clipped_logit_sum(logits, doc_mask, self.c, method=self.method,
                                           alpha=self.alpha)
       if self.omega:
-        utility = utility + self.omega * public
+        # Shifted by its maximum (the same softmax), so a huge public logit cannot overflow.
+        top = jnp.max(public)
+        utility = utility + self.omega * jnp.where(jnp.isfinite(top), public - top, 0.0)
     vocab_mask = None
     if self.candidates:
       _, top = jax.lax.top_k(public, self.candidates)

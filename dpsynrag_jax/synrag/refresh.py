@@ -15,6 +15,12 @@ old documents spend nothing more. `partitions.json` states the guarantee as the 
 partitions. A text once released cannot be unreleased: deleting a document later does not
 delete what was built from it (see README, "Refreshing").
 
+A person must not sit in two partitions silently: every build records a private sha256 per
+document (pipeline.DOCUMENT_DIGESTS), and an append holding any document already built in a
+partition (partition 0 included) is refused, naming how many and where the first is. Charging
+such documents twice (sequential composition) is the alternative; refusing keeps the stated
+per-document guarantee true without asking the operator to reason about it.
+
 Crash safety: the partition build resumes like any build; the merge checks the line count and
 index size against partitions.json, so rerunning after a crash between its writes neither
 duplicates nor loses texts.
@@ -35,8 +41,8 @@ from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import pipeline
 from dpsynrag_jax.synrag import workdir as wd_lib
 
-PARTITIONS = "partitions.json"
-LEDGERS = "ledgers"
+PARTITIONS = wd_lib.PARTITIONS
+LEDGERS = wd_lib.LEDGERS
 _SEED_STRIDE = 1_000_003   # partition k's seed: base seed * stride + k (distinct, reproducible)
 
 
@@ -122,18 +128,51 @@ def append_documents(workdir: str, documents_path: str, *, lm=None, encoder=None
         f"{documents_path} was appended already (partition {registry[digest]}); its documents "
         "must not be built twice (that would be sequential, not parallel, composition).")
   k = registry.get(digest, max(merged | set(registry.values()), default=0) + 1)
-  registry[digest] = k
-  wd_lib.atomic_write_json(registry_path, registry)
-
   base = ml_collections.ConfigDict(wd_lib.read_json(wd.path(wd_lib.CONFIG)))
   config = partition_config(base, documents_path, k)
   config.runtime.stop_after_clusters = stop_after_clusters
   part_dir = wd.private_path(os.path.join("partitions", str(k)))
   part = wd_lib.Workdir(part_dir)
   if not part.finished:
+    _refuse_built_documents(wd, base, config, merged, set(registry.values()) - {k})
+  registry[digest] = k
+  wd_lib.atomic_write_json(registry_path, registry)
+  if not part.finished:
     logging.info("Building partition %d from %s.", k, documents_path)
     pipeline.build_synthetic_db(config, part_dir, lm=lm, encoder=encoder)
   return _merge(wd, part, k, released)
+
+
+def _built_digests(wd: wd_lib.Workdir, base: ml_collections.ConfigDict, merged,
+                   started) -> set[str]:
+  """Per-document digests (private) of partition 0, of the merged partitions, and of the
+  partitions whose build has started (`started`, registered but not merged yet)."""
+  digests = pipeline.read_document_digests(wd)
+  if digests is None:  # a build from before the digests were recorded: read its documents
+    digests = pipeline.document_digests(pipeline.load_private_documents(base.data)[0])
+  out = set(digests)
+  for k in sorted((set(merged) | set(started)) - {0}):
+    part = pipeline.read_document_digests(wd_lib.Workdir(
+        wd.private_path(os.path.join("partitions", str(k)))))
+    if part is None and k in merged:
+      raise wd_lib.WorkdirError(f"Partition {k} of {wd.root} records no document digests; "
+                                "cannot check the new documents against it.")
+    out |= set(part or ())
+  return out
+
+
+def _refuse_built_documents(wd: wd_lib.Workdir, base, config, merged, started) -> None:
+  """WorkdirError if a new document was built in an earlier partition already."""
+  documents, where = pipeline.load_private_documents(config.data)
+  built = _built_digests(wd, base, merged, started)
+  repeated = [place for place, digest in zip(where, pipeline.document_digests(documents))
+              if digest in built]
+  if repeated:
+    raise wd_lib.WorkdirError(
+        f"{len(repeated)} of the {len(documents)} new documents were built in an earlier "
+        f"partition already (the first: {repeated[0]}). A person in two partitions would pay "
+        "twice (sequential composition), which partitions.json would not show; remove them "
+        "from the file and append again.")
 
 
 def _merge(wd: wd_lib.Workdir, part: wd_lib.Workdir, k: int, released: dict) -> dict:

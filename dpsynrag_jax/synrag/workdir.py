@@ -4,6 +4,9 @@
     DIR/synthetic_db.jsonl     released: {"text", "keyword"} per synthetic text
     DIR/index.faiss            released: embeddings of the synthetic texts
     DIR/privacy_ledger.json    released: every mechanism run, its parameters and cost
+    DIR/partitions.json        released after an append (synrag.refresh): every partition's
+                               spend and the per-document guarantee
+    DIR/ledgers/               released after an append: each partition's privacy ledger
     DIR/private/               state to resume; holds private data, NEVER part of a release
 
 Writes are atomic (temp file + rename) and appends are flushed and fsynced, so a killed run
@@ -12,8 +15,10 @@ leaves either the old or the new version of a file, never half of one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 from typing import Any, Iterable
 
 import numpy as np
@@ -22,8 +27,10 @@ CONFIG = "config.json"
 SYNTHETIC_DB = "synthetic_db.jsonl"
 INDEX = "index.faiss"
 LEDGER = "privacy_ledger.json"
+PARTITIONS = "partitions.json"
+LEDGERS = "ledgers"
 PRIVATE = "private"
-RELEASED_FILES = (CONFIG, SYNTHETIC_DB, INDEX, LEDGER)
+RELEASED_FILES = (CONFIG, SYNTHETIC_DB, INDEX, LEDGER, PARTITIONS, LEDGERS)
 
 
 class WorkdirError(RuntimeError):
@@ -102,43 +109,51 @@ class Workdir:
     """Creates or reopens the directory. Returns True when resuming an interrupted run.
 
     A finished run is refused unless `overwrite`; an interrupted one resumes only with the
-    same config (another config would mix two runs' randomness and ledgers).
+    same config (another config would mix two runs' randomness and ledgers). `overwrite`
+    needs a seed other than the old build's: with the same seed the new build would draw the
+    same noise as the old one (keyed draws), and two releases sharing noise on changed data or
+    settings let the noise be subtracted. A new seed gives independent noise; the old release,
+    if it was ever published, is still out there and its budget still counts.
     """
-    os.makedirs(self.private, exist_ok=True)
     config_path = self.path(CONFIG)
-    if self.finished:
-      if not overwrite:
+    if os.path.exists(config_path) and overwrite:
+      old_seed = read_json(config_path).get("seed")
+      if old_seed == config_dict.get("seed"):
         raise WorkdirError(
-            f"{self.root} holds a finished run; pass --config.runtime.overwrite=True (or a new "
-            "--workdir) to build again.")
+            f"{self.root} holds a build with seed {old_seed}; overwriting it with the same seed "
+            "would release new outputs with the same noise as the old ones. Pass a new "
+            "--config.seed, or delete the work dir if nothing of the old build was released.")
       self.clear()
-      os.makedirs(self.private, exist_ok=True)
-    elif os.path.exists(config_path):
-      if overwrite:
-        self.clear()
-        os.makedirs(self.private, exist_ok=True)
-      elif _comparable(read_json(config_path)) != _comparable(config_dict):
+    os.makedirs(self.private, exist_ok=True)
+    if self.finished:
+      raise WorkdirError(
+          f"{self.root} holds a finished run; pass a new --workdir, or --config.runtime."
+          "overwrite=True with a new --config.seed to build again.")
+    if os.path.exists(config_path):
+      if comparable_config(read_json(config_path)) != comparable_config(config_dict):
         raise WorkdirError(
             f"{self.root} holds an interrupted run with a different config; resume it with the "
-            "same config, or pass --config.runtime.overwrite=True to start over.")
-      else:
-        atomic_write_json(config_path, config_dict)  # runtime knobs may differ
-        return True
+            "same config, or start over in a new work dir.")
+      atomic_write_json(config_path, config_dict)  # runtime knobs may differ
+      return True
     atomic_write_json(config_path, config_dict)
     return False
 
   def clear(self) -> None:
+    """Removes the released files (those of appended partitions too) and all private state."""
     for name in RELEASED_FILES:
-      if os.path.exists(self.path(name)):
-        os.remove(self.path(name))
+      path = self.path(name)
+      if os.path.isdir(path):
+        shutil.rmtree(path)
+      elif os.path.exists(path):
+        os.remove(path)
     if os.path.isdir(self.private):
-      for name in os.listdir(self.private):
-        os.remove(self.private_path(name))
+      shutil.rmtree(self.private)
 
   def holds_finished(self, config_dict: dict) -> bool:
     """A finished run of this config (runtime knobs aside) is here and can be reused."""
-    return self.finished and (_comparable(read_json(self.path(CONFIG))) ==
-                              _comparable(config_dict))
+    return self.finished and (comparable_config(read_json(self.path(CONFIG))) ==
+                              comparable_config(config_dict))
 
   def mark_finished(self) -> None:
     atomic_write_text(self.private_path("FINISHED"), "")
@@ -154,7 +169,8 @@ OPTIONAL_FIELDS = {
     ("generation", "candidate_terms"): "",
 }
 # Fields that may differ between an interrupted run and its resume (how, not what, is built).
-_RUNTIME_ONLY = (("runtime", "overwrite"), ("runtime", "stop_after_clusters"))
+_RUNTIME_ONLY = (("runtime", "overwrite"), ("runtime", "stop_after_clusters"),
+                 ("runtime", "stop_after_rerank"))
 
 
 def comparable_config(config_dict: dict) -> dict:
@@ -169,4 +185,8 @@ def comparable_config(config_dict: dict) -> dict:
   return out
 
 
-_comparable = comparable_config
+def config_digest(config_dict: dict) -> str:
+  """12 hex digits naming what a build config builds (comparable_config): equal for a config
+  and its resume, and for configs that differ only by options at their off value."""
+  text = json.dumps(comparable_config(config_dict), sort_keys=True)
+  return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]

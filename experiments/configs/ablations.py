@@ -25,7 +25,7 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
   config.num_attacks = 0
   config.report = "ablations"
   config.title = "DP-SynRAG ablations"
-  config.epsilons = str(config.epsilon)
+  config.epsilons = ""   # comma-separated budgets; empty: config.epsilon (read when run)
   config.variants = "full,no_rerank,no_self_filter,hard"
   if arg == "cpu":
     # SmolLM2-135M cannot judge YES/NO, so the cpu config runs without the filter and its

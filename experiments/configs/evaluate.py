@@ -3,10 +3,13 @@
     python -m experiments.evaluate --config=experiments/configs/evaluate.py:ARG --workdir=runs/eval
 
 ARG:
-  tiny  a random 2-layer model on 150 Medical documents and 6 questions: a few minutes, for CI
-  cpu   the embedded SmolLM2 and MiniLM on 2000 Medical documents and 100 questions (hours on a
-        2-core CPU; the figures in README)
-  paper the paper's scale (8000 documents, 1000 test questions); for accelerators
+  tiny       a random 2-layer model on 150 Medical documents and 6 questions: a few minutes,
+             for CI
+  cpu        the embedded SmolLM2 and MiniLM on 2000 Medical documents and 100 questions (the
+             quick CPU run: R = 24, L = 2, k = 40)
+  paper_cpu  the paper's Table 6 settings on all 8000 Medical notes with the embedded models,
+             100 test and 50 attack questions (hours on a 2-core CPU; README)
+  paper      the paper's scale (8000 documents, 1000 test questions); for accelerators
 MovieLens and SearchQA are read from local copies: add them with
   --config.datasets=medical,movielens --config.paths.movielens=/data/ml-1m
 
@@ -14,24 +17,55 @@ Sweeps (get_sweep; python -m launch.sweep --config=experiments/configs/evaluate.
 --sweep=NAME --runner=local --workdir=runs/sweeps):
   sensitivity_L   DP-SynRAG only, L in 1, 3, 5, 7, 10 (the paper's sensitivity table)
   sensitivity_k   DP-SynRAG only, k in 40, 80, 120
-  epsilon         every method, eps in 3, 5, 10, 20
+  epsilon         every method, eps in 3, 5, 10, 20 (DP-RAG: that much per question)
   seeds           every method, seeds 0..4 (one run per seed)
   models          the paper's three models (accelerators; --config.model.dtype=bfloat16)
   datasets        one run per dataset (set --config.paths.* for MovieLens and SearchQA)
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 from experiments.configs import medical_synth
 from launch import grid
 
 APP = "experiments.evaluate"   # what launch.sweep runs with this config
 PAPER_MODELS = ("phi-4-mini-instruct", "gemma-2-2b-it", "llama-3.1-8b-instruct")
+ARGS = ("tiny", "cpu", "paper_cpu", "paper")
+
+# Fields of the DP-SynRAG pipeline config that the evaluation fills in per run, and the
+# evaluation field each comes from. They are placeholders (None) in `dp_synrag`: a user who
+# sets one there gets an error naming the field to set instead, not a silently ignored flag.
+OWNED_BY_EVALUATION = {
+    "seed": "seeds",
+    "data.name": "datasets",
+    "data.path": "paths.<dataset>",
+    "data.num_documents": "num_documents",
+    "data.split_seed": "(the evaluation's split, seed 0)",
+    "model.lm": "model.lm",
+    "model.encoder": "model.encoder",
+    "model.dtype": "model.dtype",
+    "privacy.epsilon": "epsilon",
+    "privacy.delta": "delta",
+    "self_filter.enabled": "self_filter",
+    "self_filter.prompt": "(the dataset's filter prompt)",
+}
+
+
+def leave_to_evaluation(pipeline_config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """pipeline_config with every OWNED_BY_EVALUATION field a typed placeholder (None)."""
+  for dotted in OWNED_BY_EVALUATION:
+    *parents, name = dotted.split(".")
+    node = pipeline_config
+    for parent in parents:
+      node = node[parent]
+    node[name] = config_dict.placeholder(type(node[name]))
+  return pipeline_config
 
 
 def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
-  if arg not in ("tiny", "cpu", "paper"):
-    raise ValueError(f"Unknown config arg {arg!r}; expected tiny, cpu or paper.")
+  if arg not in ARGS:
+    raise ValueError(f"Unknown config arg {arg!r}; expected one of {', '.join(ARGS)}.")
   config = ml_collections.ConfigDict()
   config.datasets = "medical"                 # comma-separated: medical,movielens,searchqa
   config.methods = "non_rag,rag,dp_synrag,dp_synth,dp_rag"   # aug_pe is available too
@@ -54,8 +88,10 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
   config.self_filter = True                   # for DP-SynRAG and DP-Synth, where a task has one
 
   # DP-SynRAG: a pipeline config; data, model, seed and budget are filled in per run.
-  config.dp_synrag = medical_synth.get_config("paper")
-  config.dp_synth = ml_collections.ConfigDict({"T": 70, "batch_size": 100})
+  synrag_arg = "paper"
+  # DP-Synth: num_batches is public (never derived from the corpus size): the paper's batches
+  # of 100 on 8000 notes.
+  config.dp_synth = ml_collections.ConfigDict({"T": 70, "num_batches": 80})
   # epsilon_per_query > 0: DP-RAG spends that much on every question, as in the paper's Table 1
   # (its eps_total grows with the questions); 0: config.epsilon split over all questions.
   config.dp_rag = ml_collections.ConfigDict(
@@ -66,8 +102,15 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
     config.num_documents = 2000
     config.num_test = 100
     config.num_attacks = 50
-    config.dp_synrag = medical_synth.get_config("demo")
+    synrag_arg = "demo"
     config.dp_synth.T = 64
+    config.dp_synth.num_batches = 20
+    config.self_filter = False  # SmolLM2-135M cannot judge YES/NO (BUILD_NOTES.md)
+  elif arg == "paper_cpu":
+    config.num_test = 100
+    config.num_attacks = 50
+    synrag_arg = "paper_cpu"
+    config.dp_rag.T = 70   # the paper's DP-RAG answers in 70 tokens
     config.self_filter = False  # SmolLM2-135M cannot judge YES/NO (BUILD_NOTES.md)
   elif arg == "tiny":
     config.model.lm = "tiny-random"
@@ -77,11 +120,12 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
     config.num_attacks = 3
     config.self_filter = False
     config.methods = "non_rag,rag,dp_synrag,dp_synth,dp_rag,aug_pe"
-    config.dp_synrag = medical_synth.get_config("tiny")
-    config.dp_synth = ml_collections.ConfigDict({"T": 6, "batch_size": 50})
+    synrag_arg = "tiny"
+    config.dp_synth = ml_collections.ConfigDict({"T": 6, "num_batches": 3})
     config.dp_rag = ml_collections.ConfigDict(
         {"k": 8, "T": 4, "omega": 0.01, "retrieval_share": 0.1, "epsilon_per_query": 10.0})
     config.aug_pe = ml_collections.ConfigDict({"population": 8, "iterations": 2})
+  config.dp_synrag = leave_to_evaluation(medical_synth.get_config(synrag_arg))
   return config
 
 
@@ -93,7 +137,9 @@ def get_sweep(name: str) -> list[dict]:
                                             {"dp_synrag.clustering.L": [1, 3, 5, 7, 10]}),
       "sensitivity_k": lambda: grid.product(synrag_only,
                                             {"dp_synrag.clustering.k": [40, 80, 120]}),
-      "epsilon": lambda: grid.product({"epsilon": [3.0, 5.0, 10.0, 20.0]}),
+      # DP-RAG moves with the budget too: per question when it spends per question.
+      "epsilon": lambda: grid.zipped({"epsilon": [3.0, 5.0, 10.0, 20.0],
+                                      "dp_rag.epsilon_per_query": [3.0, 5.0, 10.0, 20.0]}),
       "seeds": lambda: grid.product({"seeds": ["0", "1", "2", "3", "4"]}),
       "models": lambda: grid.product({"model.lm": list(PAPER_MODELS)}),
       "datasets": lambda: grid.product({"datasets": ["medical", "movielens", "searchqa"]}),

@@ -91,6 +91,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   config.runtime.devices = 0              # 0: all local devices
   config.runtime.overwrite = False
   config.runtime.stop_after_clusters = -1  # tests: simulate an interruption
+  config.runtime.stop_after_rerank = False  # plan a build: clusters only (experiments.funnel)
 
   if arg == "paper_cpu":
     # Everything of Table 6 (K 10, R 500, L 5, k 80, T 70, eps 10, delta 1e-3, rho_hist 0.1,

@@ -1,0 +1,170 @@
+"""Where the answers are lost: the utility funnel of a DP-SynRAG build, stage by stage.
+
+    python -m experiments.funnel --config=experiments/configs/evaluate.py:paper_cpu \
+        --workdir=runs/paper_cpu/eval
+
+For each dataset and seed of an evaluation config, the DP-SynRAG build (made or reused as the
+evaluation makes it) and its evaluation rows, one table:
+
+  clusters          non-empty clusters of R, mean |S_r| over them
+  purity            share of S_r holding its majority answer: median, clusters >= 0.5, >= 0.8
+  coverage          test questions whose answer is the majority answer of some cluster
+  decode fidelity   clusters with purity >= 0.5 whose synthetic text contains their answer
+  database recall   test questions whose answer appears in some released synthetic text
+  context recall    ... in the top-k texts retrieved for the question
+  accuracy          answers containing the gold answer; and accuracy given context recall
+
+Each stage bounds the next (up to the majority being only one of a question's routes), so the
+first stage that drops is where a change should aim. The funnel reads private ground truth and
+private build state (cluster members, each cluster's tokens): it is an evaluation artifact,
+written to the build's private/ folder (funnel.json, funnel.md) and to the evaluation work dir,
+never into a release.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+from typing import Sequence
+
+import numpy as np
+
+from dpsynrag_jax.data.tasks import Task
+from dpsynrag_jax.rag import index as rag_index
+from dpsynrag_jax.synrag import pipeline
+from dpsynrag_jax.synrag import workdir as wd_lib
+from experiments import cli
+from experiments import evaluate
+
+PURE = 0.5
+
+
+def _share(hits: Sequence[bool]) -> float | None:
+  return float(np.mean(hits)) if len(hits) else None
+
+
+def cluster_texts(build_dir: str, decode) -> dict[int, str]:
+  """cluster -> its synthetic text as the pipeline released it (private: ties text to cluster,
+  whereas the released database drops the texts the filter removed)."""
+  rows = wd_lib.read_jsonl(os.path.join(build_dir, wd_lib.PRIVATE, "generated.jsonl"))
+  return {r["cluster"]: decode(r["tokens"]).strip() for r in rows}
+
+
+def build_funnel(build_dir: str, task: Task, encoder, decode,
+                 per_question: dict | None = None) -> dict:
+  """The funnel of the build in `build_dir` against `task`'s test questions.
+
+  A build planned with runtime.stop_after_rerank (clusters chosen, nothing decoded) gives the
+  stages up to coverage only.
+
+  Args:
+    decode: token ids -> text (the build's tokenizer, `LanguageModel.decode`).
+    per_question: the evaluation row's per-question outcomes ("correct", "recalled") for the
+      same questions, if answered; the accuracy stages need them.
+  """
+  wd = wd_lib.Workdir(build_dir)
+  if not os.path.exists(wd.private_path("selected.jsonl")):
+    raise wd_lib.WorkdirError(f"{build_dir} holds no build whose clusters are chosen.")
+  digest = os.path.join(wd.private, "documents.sha256")
+  if os.path.exists(digest) and (open(digest, encoding="utf-8").read().strip() !=
+                                 pipeline.documents_digest(task.documents)):
+    raise ValueError(f"{build_dir} was built from other documents than the task's.")
+  members = {r["cluster"]: r["members"]
+             for r in wd_lib.read_jsonl(wd.private_path("selected.jsonl"))}
+  doc_answers = task.document_answers()
+  texts = cluster_texts(build_dir, decode)
+  majority, purity = {}, {}
+  for r, ids in sorted(members.items()):
+    if not ids:
+      continue
+    counts = collections.Counter(a for i in ids for a in set(doc_answers[i]))
+    if not counts:
+      purity[r] = 0.0
+      continue
+    answer, n = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))   # ties: alphabetical
+    majority[r], purity[r] = answer, n / len(ids)
+  sizes = [len(m) for m in members.values() if m]
+  golds = [q.answers for q in task.test]
+  majorities = set(majority.values())
+  pure = [r for r, p in purity.items() if p >= PURE and r in majority]
+  planned = [
+      {"stage": "clusters", "value": len(sizes), "of": len(members),
+       "detail": f"mean |S_r| {np.mean(sizes):.1f}" if sizes else "all empty"},
+      {"stage": "purity >= 0.5", "value": _share([p >= 0.5 for p in purity.values()]),
+       "of": "non-empty clusters",
+       "detail": (f"median {np.median(list(purity.values())):.2f}; >= 0.8: "
+                  f"{_share([p >= 0.8 for p in purity.values()]):.2f}") if purity else ""},
+      {"stage": "coverage", "value": _share([any(a in majorities for a in g) for g in golds]),
+       "of": "test questions", "detail": f"{len(majorities)} distinct majority answers"},
+  ]
+  if not wd.finished:
+    return {"build": os.path.abspath(build_dir), "questions": len(golds), "stages": planned}
+  released = [r["text"] for r in wd_lib.read_jsonl(wd.path(wd_lib.SYNTHETIC_DB))]
+  index = rag_index.load_index(wd.path(wd_lib.INDEX))
+  contexts = [[]] * len(golds)
+  if released and golds:
+    _, ids = rag_index.search(index, encoder.embed([q.text for q in task.test]), task.top_k)
+    contexts = [[released[i] for i in row if i >= 0] for row in ids]
+  recalled = [any(task.matches(t, g) for t in ctx) for ctx, g in zip(contexts, golds)]
+  stages = planned + [
+      {"stage": "decode fidelity",
+       "value": _share([task.matches(texts.get(r, ""), [majority[r]]) for r in pure]),
+       "of": f"clusters with purity >= {PURE}", "detail": f"{len(pure)} clusters"},
+      {"stage": "database recall",
+       "value": _share([any(task.matches(t, g) for t in released) for g in golds]),
+       "of": "test questions", "detail": f"{len(released)} released texts"},
+      {"stage": "context recall", "value": _share(recalled), "of": "test questions",
+       "detail": f"top-{task.top_k}"},
+  ]
+  if per_question is not None:
+    correct = [bool(c) for c in per_question["correct"]]
+    given = [c for c, r in zip(correct, recalled) if r]
+    stages += [
+        {"stage": "accuracy", "value": _share(correct), "of": "test questions", "detail": ""},
+        {"stage": "accuracy | context recall", "value": _share(given),
+         "of": "recalled questions", "detail": f"{len(given)} questions"}]
+  return {"build": os.path.abspath(build_dir), "questions": len(golds), "stages": stages}
+
+
+def markdown(funnel: dict, title: str) -> str:
+  fmt = lambda v: "-" if v is None else (f"{100 * v:.1f} %" if isinstance(v, float) else str(v))
+  lines = [f"### {title}", "", "| stage | value | of | |", "|---|---|---|---|"]
+  for s in funnel["stages"]:
+    lines.append(f"| {s['stage']} | {fmt(s['value'])} | {s['of']} | {s['detail']} |")
+  return "\n".join(lines) + "\n"
+
+
+def headline(funnel: dict) -> str:
+  """One line: coverage, database recall, context recall (what `make demo` prints)."""
+  by = {s["stage"]: s["value"] for s in funnel["stages"]}
+  pct = lambda v: "-" if v is None else f"{100 * v:.0f} %"
+  return (f"coverage {pct(by['coverage'])}, database recall {pct(by['database recall'])}, "
+          f"context recall {pct(by['context recall'])} of {funnel['questions']} test questions")
+
+
+def run(config, workdir: str) -> list[dict]:
+  """Funnels of every (dataset, seed) DP-SynRAG build of an evaluation config."""
+  synrag_only = config.copy_and_resolve_references()
+  synrag_only.unlock()
+  synrag_only.methods = "dp_synrag"
+  rows = evaluate.run(synrag_only, workdir, tables=False)   # builds and answers, or reuses
+  lm, encoder = evaluate.load_models(config)
+  out = []
+  for row in rows:
+    task = evaluate.load_eval_task(config, row["dataset"])
+    build_dir = os.path.join(workdir, row["build"])
+    funnel = build_funnel(build_dir, task, encoder, lm.decode, row["per_question"])
+    funnel.update({"dataset": row["dataset"], "seed": row["seed"]})
+    title = f"Funnel: DP-SynRAG on {row['dataset']}, seed {row['seed']} ({row['build']})"
+    for folder in (os.path.join(build_dir, wd_lib.PRIVATE), workdir):
+      name = "funnel" if folder != workdir else f"funnel_{row['dataset']}_seed{row['seed']}"
+      wd_lib.atomic_write_json(os.path.join(folder, f"{name}.json"), funnel)
+      wd_lib.atomic_write_text(os.path.join(folder, f"{name}.md"), markdown(funnel, title))
+    print(markdown(funnel, title))
+    out.append(funnel)
+  return out
+
+
+if __name__ == "__main__":
+  cli.run_app(run, "Evaluation config.")
