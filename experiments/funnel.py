@@ -2,6 +2,8 @@
 
     python -m experiments.funnel --config=experiments/configs/evaluate.py:paper_cpu \
         --workdir=runs/paper_cpu/eval
+    python -m experiments.funnel --config=experiments/configs/medical_synth.py:demo \
+        --workdir=runs/plans/demo --plan --questions=100     # choose settings: see below
 
 For each dataset and seed of an evaluation config, the DP-SynRAG build (made or reused as the
 evaluation makes it) and its evaluation rows, one table:
@@ -14,6 +16,11 @@ evaluation makes it) and its evaluation rows, one table:
   context recall    ... in the top-k texts retrieved for the question
   accuracy          answers containing the gold answer; and accuracy given context recall
 
+With --plan and a build config (medical_synth.py), the build runs up to the re-ranking only
+(runtime.stop_after_rerank: clusters chosen, nothing decoded) and the funnel's first three
+stages are scored on VALIDATION questions, so settings can be chosen with it without touching
+the test questions and without paying for a decode.
+
 Each stage bounds the next (up to the majority being only one of a question's routes), so the
 first stage that drops is where a change should aim. The funnel reads private ground truth and
 private build state (cluster members, each cluster's tokens): it is an evaluation artifact,
@@ -24,13 +31,15 @@ never into a release.
 from __future__ import annotations
 
 import collections
-import json
+import dataclasses
 import os
 from typing import Sequence
 
+from absl import app
+from absl import flags
 import numpy as np
 
-from dpsynrag_jax.data.tasks import Task
+from dpsynrag_jax.data.tasks import Task, load_task
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import pipeline
 from dpsynrag_jax.synrag import workdir as wd_lib
@@ -166,5 +175,44 @@ def run(config, workdir: str) -> list[dict]:
   return out
 
 
+_TASK_OF_DATA = {"medical_synth": "medical", "movielens": "movielens", "searchqa": "searchqa"}
+
+
+def plan(config, workdir: str, num_questions: int) -> dict:
+  """Clusters of the build config `config` (decoding skipped) scored on validation questions."""
+  config = config.copy_and_resolve_references()
+  config.unlock()
+  config.runtime.stop_after_rerank = True
+  try:
+    pipeline.build_synthetic_db(config, workdir)
+  except pipeline.PipelineInterrupted:
+    pass
+  if config.data.name not in _TASK_OF_DATA:
+    raise ValueError(f"--plan needs a dataset with gold answers, got {config.data.name!r}.")
+  task = load_task(_TASK_OF_DATA[config.data.name], path=config.data.path,
+                   num_documents=config.data.num_documents, num_validation=num_questions,
+                   num_test=0, seed=config.data.split_seed)
+  validation = dataclasses.replace(task, test=task.validation)   # never the test questions
+  funnel = build_funnel(workdir, validation, None, None)
+  funnel["questions_from"] = "validation"
+  title = f"Planned clusters of {workdir} (validation questions)"
+  wd_lib.atomic_write_json(os.path.join(workdir, wd_lib.PRIVATE, "plan.json"), funnel)
+  print(markdown(funnel, title))
+  return funnel
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if flags.FLAGS.plan:
+    plan(cli.FLAGS.config, cli.FLAGS.workdir, flags.FLAGS.questions)
+  else:
+    run(cli.FLAGS.config, cli.FLAGS.workdir)
+
+
 if __name__ == "__main__":
-  cli.run_app(run, "Evaluation config.")
+  cli.define_config_and_workdir("Evaluation config (or, with --plan, a build config).")
+  flags.DEFINE_bool("plan", False, "Choose clusters only and score them on validation "
+                    "questions (a build config).")
+  flags.DEFINE_integer("questions", 100, "Validation questions scored with --plan.")
+  app.run(main)

@@ -44,6 +44,14 @@ READER_PROMPTS = {
                            prefix="The answer is", nearest_last=True),
     },
 }
+# Variants measured beside them when choosing (experiments.reader_prompts): the paper's
+# prompt with the task's answer prefix, and the focused prompt with the best match first.
+READER_PROMPTS["paper_prefix"] = {
+    task: dataclasses.replace(READER_PROMPTS["paper"][None], prefix=p.prefix)
+    for task, p in READER_PROMPTS["focused"].items()}
+READER_PROMPTS["focused_best_first"] = {
+    task: dataclasses.replace(p, nearest_last=False)
+    for task, p in READER_PROMPTS["focused"].items()}
 DEFAULT_READER = "focused"
 
 

@@ -1,0 +1,99 @@
+"""The utility funnel: each stage's arithmetic on a hand-made build, and the app on tiny ones."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from dpsynrag_jax.data.tasks import Task, TaskQuery
+from dpsynrag_jax.rag import index as rag_index
+from dpsynrag_jax.synrag import workdir as wd_lib
+from experiments import funnel
+from experiments.configs import evaluate as evaluate_config
+from experiments.configs import medical_synth
+
+
+class _OneHotEncoder:
+  """Texts and questions embed to the one-hot of the first known word they contain."""
+  words = ("alpha", "beta", "gamma", "delta")
+
+  def embed(self, texts):
+    out = np.zeros((len(texts), len(self.words)), np.float32)
+    for i, t in enumerate(texts):
+      hits = [j for j, w in enumerate(self.words) if w in t.lower()]
+      out[i, hits[0] if hits else 0] = 1.0
+    return out
+
+
+def _contains(text, answers):
+  return any(a.lower() in text.lower() for a in answers)
+
+
+def _hand_made_build(root):
+  """4 clusters over 8 documents, texts decoded from 'tokens' that are characters."""
+  wd = wd_lib.Workdir(str(root))
+  os.makedirs(wd.private)
+  members = [[0, 1, 2, 3], [4, 5], [], [6, 7]]
+  wd_lib.append_jsonl(wd.private_path("selected.jsonl"),
+                      [{"cluster": r, "members": m} for r, m in enumerate(members)])
+  texts = ["notes on Alpha", "unrelated noise", "more noise", "about Gamma"]
+  wd_lib.append_jsonl(wd.private_path("generated.jsonl"),
+                      [{"cluster": r, "tokens": [ord(ch) for ch in t]}
+                       for r, t in enumerate(texts)])
+  released = [texts[0], texts[1], texts[3]]   # the empty cluster's noise was filtered
+  wd_lib.append_jsonl(wd.path(wd_lib.SYNTHETIC_DB),
+                      [{"text": t, "keyword": "k"} for t in released])
+  rag_index.save_index(rag_index.build_index(_OneHotEncoder().embed(released)),
+                       wd.path(wd_lib.INDEX))
+  wd.mark_finished()
+  return str(root)
+
+
+def test_each_stage_on_a_hand_made_build(tmp_path):
+  build = _hand_made_build(tmp_path / "build")
+  # Documents' answers: cluster 0 is 3/4 Alpha, cluster 1 half Beta half Delta, cluster 3 all
+  # Gamma.
+  answers = ["Alpha", "Alpha", "Alpha", "Beta", "Beta", "Delta", "Gamma", "Gamma"]
+  task = Task("toy", tuple(f"doc {i}" for i in range(8)), (), (),
+              (TaskQuery("alpha?", ("Alpha",)), TaskQuery("beta?", ("Beta",)),
+               TaskQuery("gamma?", ("Gamma",)), TaskQuery("delta?", ("Delta",))),
+              _contains, None, 1, doc_answers=tuple((a,) for a in answers))
+  out = funnel.build_funnel(build, task, _OneHotEncoder(), lambda ids: "".join(map(chr, ids)),
+                            per_question={"correct": [1, 0, 0, 0]})
+  by = {s["stage"]: s for s in out["stages"]}
+  assert by["clusters"]["value"] == 3 and "2.7" in by["clusters"]["detail"]
+  # Purity 0.75, 0.5, 1.0: all three >= 0.5, median 0.75, one of three >= 0.8.
+  assert by["purity >= 0.5"]["value"] == 1.0
+  assert by["purity >= 0.5"]["detail"] == "median 0.75; >= 0.8: 0.33"
+  # Majorities: Alpha, Beta (tie with Delta broken alphabetically), Gamma.
+  assert by["coverage"]["value"] == pytest.approx(3 / 4)
+  # Pure clusters 0, 1, 3: texts name Alpha (yes), Beta (no), Gamma (yes).
+  assert by["decode fidelity"]["value"] == pytest.approx(2 / 3)
+  assert by["database recall"]["value"] == pytest.approx(2 / 4)
+  assert by["context recall"]["value"] == pytest.approx(2 / 4)   # top-1 by the one-hot word
+  assert by["accuracy"]["value"] == pytest.approx(1 / 4)
+  assert by["accuracy | context recall"]["value"] == pytest.approx(1 / 2)
+  assert "coverage 75 %" in funnel.headline(out)
+
+
+def test_the_app_scores_the_tiny_evaluation_build(tmp_path):
+  config = evaluate_config.get_config("tiny")
+  out = funnel.run(config, str(tmp_path))
+  assert len(out) == 1
+  by = {s["stage"]: s["value"] for s in out[0]["stages"]}
+  assert by["clusters"] <= config.dp_synrag.clustering.R
+  assert by["context recall"] <= by["database recall"]
+  assert by["accuracy"] is not None
+  build = out[0]["build"]
+  assert os.path.exists(os.path.join(build, "private", "funnel.json"))   # the private side
+  assert not os.path.exists(os.path.join(build, "funnel.json"))          # never the release
+  assert json.load(open(tmp_path / "funnel_medical_seed0.json"))["questions"] == config.num_test
+
+
+def test_plan_chooses_clusters_without_decoding_on_validation_questions(tmp_path):
+  config = medical_synth.get_config("tiny")
+  out = funnel.plan(config, str(tmp_path / "plan"), num_questions=20)
+  assert [s["stage"] for s in out["stages"]] == ["clusters", "purity >= 0.5", "coverage"]
+  assert out["questions_from"] == "validation" and out["questions"] == 20
+  assert not os.path.exists(tmp_path / "plan" / "private" / "generated.jsonl")
