@@ -70,9 +70,10 @@ def cluster_spans(lm, predictor: PrivatePredictor, documents, tokens, rows_per_c
   return {name: u.max(-1) - u.min(-1) for name, u in utilities.items()}
 
 
-def main(argv):
-  del argv
-  wd = wd_lib.Workdir(flags.FLAGS.workdir)
+def measure(workdir: str, num_clusters: int, rows_per_call: int = 8) -> dict:
+  """The spans of the first `num_clusters` non-empty decoded clusters of the build in
+  `workdir`; written to its private/sampling_support.json."""
+  wd = wd_lib.Workdir(workdir)
   config = ml_collections.ConfigDict(wd_lib.read_json(wd.path(wd_lib.CONFIG)))
   cal = pipeline.calibration_of(config)
   lm = pipeline.load_lm(config.model.lm)
@@ -87,17 +88,20 @@ def main(argv):
   spans = {"grislain": [], "difference": []}
   sizes = []
   for r in sorted(generated):
-    if len(sizes) == flags.FLAGS.clusters:
+    if len(sizes) == num_clusters:
       break
     if not members[r] or len(generated[r]) < 2:
       continue
     sizes.append(len(members[r]))
     got = cluster_spans(lm, predictor, [documents[i] for i in members[r]], generated[r],
-                        flags.FLAGS.rows_per_call)
+                        rows_per_call)
     for name in spans:
       spans[name].extend(got[name].tolist())
+  if not sizes:
+    raise ValueError(f"{workdir} has no decoded non-empty cluster to measure.")
   report = {"clusters": len(sizes), "mean_cluster_size": float(np.mean(sizes)),
-            "c_over_tau": cal.c_over_tau, "grislain_bound_2kc": 2 * max(sizes) * cal.c_over_tau,
+            "max_cluster_size": int(max(sizes)), "c_over_tau": cal.c_over_tau,
+            "grislain_bound_2_max_size_c": 2 * max(sizes) * cal.c_over_tau,
             "noise_range": {"float32_default": float(LOW_MODE_RANGE),
                             "64_bit": mechanisms.GUMBEL_RANGE,
                             "floor_span": mechanisms.TOKEN_UTILITY_SPAN}}
@@ -108,7 +112,13 @@ def main(argv):
                     "share_over_floor": float(np.mean(v > mechanisms.TOKEN_UTILITY_SPAN)),
                     "share_over_64_bit": float(np.mean(v > mechanisms.GUMBEL_RANGE))}
   wd_lib.atomic_write_json(wd.private_path("sampling_support.json"), report)
-  print(json.dumps(report, indent=1))
+  return report
+
+
+def main(argv):
+  del argv
+  print(json.dumps(measure(flags.FLAGS.workdir, flags.FLAGS.clusters,
+                           flags.FLAGS.rows_per_call), indent=1))
 
 
 if __name__ == "__main__":

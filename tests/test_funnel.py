@@ -97,3 +97,17 @@ def test_plan_chooses_clusters_without_decoding_on_validation_questions(tmp_path
   assert [s["stage"] for s in out["stages"]] == ["clusters", "purity >= 0.5", "coverage"]
   assert out["questions_from"] == "validation" and out["questions"] == 20
   assert not os.path.exists(tmp_path / "plan" / "private" / "generated.jsonl")
+
+
+def test_sampling_support_measures_real_spans(tmp_path):
+  """experiments.sampling_support on a tiny build: the Grislain span never exceeds its bound
+  2 |S| c / tau, and the figures land on the private side."""
+  from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
+  from experiments import sampling_support  # pylint: disable=g-import-not-at-top
+  workdir = str(tmp_path / "build")
+  pipeline.build_synthetic_db(medical_synth.get_config("tiny"), workdir)
+  report = sampling_support.measure(workdir, num_clusters=2, rows_per_call=4)
+  assert report["clusters"] == 2
+  assert 0 < report["grislain"]["max_span"] <= report["grislain_bound_2_max_size_c"] + 1e-4
+  assert report["difference"]["max_span"] > 0
+  assert os.path.exists(os.path.join(workdir, "private", "sampling_support.json"))
