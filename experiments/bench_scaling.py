@@ -2,9 +2,9 @@
 
     python -m experiments.bench_scaling --sizes=1000,2000,4000 --json_out=scaling.json
 
-Each size runs the `demo` build config (lexical keywords) from scratch in a fresh work dir with
-R scaled in proportion to N (R/N fixed at the demo's 24/2000), so the number of clusters and
-decoded rows grow with N while cluster sizes stay put; the models are loaded once and compile
+Each size runs the `quick` build config (lexical keywords) from scratch in a fresh work dir
+with R scaled in proportion to N (R/N fixed at the quick config's 24/2000), so the number of
+clusters and decoded rows grow with N while cluster sizes stay put; the models are loaded once and compile
 time is left out by a warm-up build at the smallest size. Reports seconds per phase and the
 exponent b of time ~ N^b (least squares on log-log).
 """
@@ -77,7 +77,7 @@ if __name__ == "__main__":
   # Defined here, not on import, so tests can import this next to bench_generation.
   flags.DEFINE_list("sizes", ["1000", "2000", "4000"], "Numbers of documents.")
   flags.DEFINE_integer("T", 64, "Private tokens per cluster (the demo's 64).")
-  flags.DEFINE_string("config", "demo", "medical_synth config arg.")
+  flags.DEFINE_string("config", "quick", "medical_synth config arg.")
   flags.DEFINE_float("clusters_per_document", 24 / 2000, "R / N.")
   flags.DEFINE_string("json_out", "", "Where to write the JSON report.")
   app.run(main)

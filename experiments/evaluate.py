@@ -88,7 +88,7 @@ def method_settings(name: str, config, task: Task, seed: int, num_queries: int,
             "documents": len(task.documents), "test": len(task.test),
             "attacks": config.get("num_attacks", 0), "answer_tokens": config.answer_tokens,
             "model": config.model.to_dict(), "path": config.paths.get(task.name, ""),
-            "reader": config.get("reader_prompt", "paper")}
+            "reader": config.get("reader_prompt", "paper"), "attack_reader": "paper"}
   if name == "dp_synrag":
     build = synrag or synrag_config(config, task, seed)
     return {**shared, "build": wd_lib.config_digest(build.to_dict()), "top_k": task.top_k}
@@ -158,9 +158,17 @@ def evaluate_method(method: baselines.Method, task: Task, queries,
   start = time.time()
   method.build()
   built = time.time()
-  everything = method.answer([q.text for q in queries] + list(attacks))
-  out = baselines.Answers(everything.answers[:len(queries)], everything.contexts[:len(queries)])
-  attack_answers = everything.answers[len(queries):]
+  out = method.answer([q.text for q in queries])
+  attack_answers = []
+  if attacks:
+    # Extraction questions go through the generic reader prompt: a task prompt that asks for a
+    # disease would hide what the texts let a reader print (a defence by prompt, not privacy).
+    reader = getattr(method, "reader", None)
+    if reader is not None:
+      method.reader = rag_answer.reader_prompt("paper")
+    attack_answers = method.answer(list(attacks)).answers
+    if reader is not None:
+      method.reader = reader
   golds = [q.answers for q in queries]
   per_question = {  # for analyses by question (rare topics); gold answers are public test data
       "gold": [list(g) for g in golds],

@@ -189,12 +189,17 @@ def test_dp_rag_sessions_charge_each_session_its_whole_budget(monkeypatch):
 
 def test_demo_runs_end_to_end_on_the_tiny_config(tmp_path, capsys):
   from experiments import demo  # pylint: disable=g-import-not-at-top
-  demo.run(str(tmp_path), num_questions=2, top_k=3, config_arg="tiny")
+  scored = demo.run(str(tmp_path), num_questions=2, funnel_questions=4, config_arg="tiny")
   out = capsys.readouterr().out
   assert "spent epsilon = 10.000" in out
   assert "answers name the right disease" in out
-  demo.run(str(tmp_path), num_questions=2, top_k=3, config_arg="tiny")
+  assert funnel_headline_in(out) and scored["questions"] == 4
+  demo.run(str(tmp_path), num_questions=2, funnel_questions=4, config_arg="tiny")
   assert "Reusing the finished build" in capsys.readouterr().out
+
+
+def funnel_headline_in(text: str) -> bool:
+  return "coverage" in text and "database recall" in text and "context recall" in text
 
 
 def test_dp_synrag_fields_the_evaluation_fills_cannot_be_set_silently():

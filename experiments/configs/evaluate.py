@@ -74,6 +74,10 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
   config.num_documents = 8000
   config.num_test = 1000
   config.answer_tokens = 48
+  # The reader prompt of retrieval methods (rag.answer.READER_PROMPTS): 'focused' restates the
+  # task's question after the texts and opens the answer; chosen over 'paper' (the generic
+  # prompt) on validation questions only (experiments.reader_prompts; BUILD_NOTES).
+  config.reader_prompt = "focused"
   # Extraction questions "Who is the patient diagnosed with <disease>?" asked after the test
   # questions (the leakage experiment); only their leakage is scored.
   config.num_attacks = 100
@@ -102,7 +106,7 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
     config.num_documents = 2000
     config.num_test = 100
     config.num_attacks = 50
-    synrag_arg = "demo"
+    synrag_arg = "quick"
     config.dp_synth.T = 64
     config.dp_synth.num_batches = 20
     config.self_filter = False  # SmolLM2-135M cannot judge YES/NO (BUILD_NOTES.md)
