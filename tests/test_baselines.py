@@ -47,6 +47,7 @@ def test_rag_retrieves_the_right_notes(models, task):
   assert math.isinf(method.epsilon)
 
 
+@pytest.mark.slow
 def test_dp_synth_spends_its_budget_once_over_disjoint_batches(models, task):
   lm, encoder = models
   method = DPSynth(lm, encoder, task, epsilon=10.0, T=6, num_batches=3,
@@ -59,6 +60,7 @@ def test_dp_synth_spends_its_budget_once_over_disjoint_batches(models, task):
   assert len(out.answers) == 6
 
 
+@pytest.mark.slow
 def test_dp_rag_splits_the_budget_over_planned_queries(models, task):
   lm, encoder = models
   method = DPRAG(lm, encoder, task, epsilon_total=10.0, num_queries=3, k=8, T=4)
@@ -75,6 +77,7 @@ def test_dp_rag_splits_the_budget_over_planned_queries(models, task):
   assert more.c < method.c and more.eps_r < method.eps_r  # more questions, less per question
 
 
+@pytest.mark.slow
 def test_dp_synrag_method_builds_once_and_reads_only_the_release(models, tmp_path):
   lm, encoder = models
   config = medical_synth.get_config("tiny")
@@ -90,6 +93,7 @@ def test_dp_synrag_method_builds_once_and_reads_only_the_release(models, tmp_pat
   assert len(out.contexts[0]) == min(3, len(texts))
 
 
+@pytest.mark.slow
 def test_aug_pe_votes_privately_and_evolves_the_population(models, task):
   lm, encoder = models
   method = AugPE(lm, encoder, task, epsilon=10.0, population=8, iterations=2,

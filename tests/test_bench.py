@@ -7,6 +7,9 @@ import subprocess
 import sys
 
 from experiments import bench_generation
+import pytest
+
+pytestmark = pytest.mark.slow   # runs the benchmarks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -19,6 +19,8 @@ from experiments.configs import evaluate as evaluate_config
 from experiments.configs import queries_vs_accuracy as qva_config
 from experiments.configs import utility_options as utility_config
 
+pytestmark = pytest.mark.slow   # every test runs an app end to end on the tiny configs
+
 
 @pytest.fixture(scope="module")
 def eval_dir(tmp_path_factory):

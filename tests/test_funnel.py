@@ -13,6 +13,8 @@ from experiments import funnel
 from experiments.configs import evaluate as evaluate_config
 from experiments.configs import medical_synth
 
+pytestmark = pytest.mark.slow   # builds end to end (the hand-made funnel test is fast but shares the module)
+
 
 class _OneHotEncoder:
   """Texts and questions embed to the one-hot of the first known word they contain."""

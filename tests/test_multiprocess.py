@@ -5,6 +5,10 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow   # spawns build processes
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "experiments/configs/medical_synth.py:tiny"
 RELEASED = ("synthetic_db.jsonl", "privacy_ledger.json", "index.faiss", "config.json")
@@ -16,16 +20,21 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _build(workdir, env_extra=None) -> subprocess.Popen:
+def _build(workdir, log_path, env_extra=None) -> subprocess.Popen:
+  """A build process writing its output to log_path (a file, not a pipe: two workers that
+  wait on each other must never block on a full pipe nobody reads)."""
   env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env_extra or {})}
-  return subprocess.Popen(
+  log = open(log_path, "w", encoding="utf-8")
+  proc = subprocess.Popen(
       [sys.executable, "-m", "experiments.build_synthetic_db", f"--config={CONFIG}",
-       f"--workdir={workdir}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True)
+       f"--workdir={workdir}"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+  proc.log_path = log_path
+  return proc
 
 
 def _wait(proc: subprocess.Popen) -> str:
-  out, _ = proc.communicate(timeout=900)
+  proc.wait(timeout=900)
+  out = open(proc.log_path, encoding="utf-8").read()
   assert proc.returncode == 0, out[-3000:]
   return out
 
@@ -33,11 +42,12 @@ def _wait(proc: subprocess.Popen) -> str:
 def test_two_processes_release_what_one_process_releases(tmp_path):
   single, multi = tmp_path / "single", tmp_path / "multi"
   port = _free_port()
-  workers = [_build(multi, {"DPSYNRAG_COORDINATOR": f"localhost:{port}",
-                            "DPSYNRAG_NUM_PROCESSES": "2", "DPSYNRAG_PROCESS_ID": str(i)})
+  workers = [_build(multi, tmp_path / f"worker{i}.log",
+                    {"DPSYNRAG_COORDINATOR": f"localhost:{port}",
+                     "DPSYNRAG_NUM_PROCESSES": "2", "DPSYNRAG_PROCESS_ID": str(i)})
              for i in range(2)]
-  logs = [_wait(w) for w in workers]
-  _wait(_build(single))
+  logs = [_wait(w) for w in workers]   # both run at once; each writes to its own file
+  _wait(_build(single, tmp_path / "single.log"))
   assert "Process 1 of 2" in logs[1]
   for name in RELEASED:
     assert (multi / name).read_bytes() == (single / name).read_bytes(), name

@@ -15,6 +15,8 @@ from dpsynrag_jax.synrag import pipeline
 from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments.configs import medical_synth
 
+pytestmark = pytest.mark.slow   # builds end to end
+
 RELEASED = ("config.json", "synthetic_db.jsonl", "index.faiss", "privacy_ledger.json")
 
 

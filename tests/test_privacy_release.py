@@ -19,6 +19,8 @@ from dpsynrag_jax.synrag import workdir as wd_lib
 from dpsynrag_jax.synrag.private_prediction import PrivatePredictor
 from experiments.configs import medical_synth
 
+pytestmark = pytest.mark.slow   # builds end to end on corpora of notes
+
 NOTES = load_medical_synth(num_documents=600, num_validation=0, num_test=0).documents
 
 

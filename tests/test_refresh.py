@@ -15,6 +15,8 @@ from dpsynrag_jax.synrag import workdir as wd_lib
 from dpsynrag_jax.synrag.pipeline import PipelineInterrupted
 from experiments.configs import medical_synth
 
+pytestmark = pytest.mark.slow   # builds and appends end to end
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

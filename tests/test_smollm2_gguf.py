@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow   # loads SmolLM2 and its transformers reference
+
 PROMPTS = [
     "What is the capital of France?",
     "Rephrase the following document without altering the important information contained "

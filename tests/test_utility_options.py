@@ -80,6 +80,7 @@ def test_term_token_ids_cover_the_terms_and_eos():
     {"clip": "difference"},
     {"candidates": 16, "candidate_terms": "medical_synth"},
 ])
+@pytest.mark.slow
 def test_options_run_end_to_end_with_the_same_ledger(tmp_path, overrides):
   config = medical_synth.get_config("tiny")
   for field, value in overrides.items():
@@ -113,6 +114,7 @@ def test_grouped_clusters_take_documents_holding_any_word_and_respect_L():
   assert grouped[0].tolist() == [0, 1, 3]
 
 
+@pytest.mark.slow
 def test_synonym_merging_runs_end_to_end_with_fewer_clusters(tmp_path):
   config = medical_synth.get_config("tiny")
   config.clustering.merge_synonyms = 0.3   # loose, so the tiny run's 6 words must merge

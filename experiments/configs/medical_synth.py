@@ -11,7 +11,7 @@ ARG:
   paper_cpu  the paper's Table 6 settings on all 8000 notes with the embedded models, where
          the 135M model forces it: lexical keywords, no self-filter (BUILD_NOTES, "Deviations");
          hours on a 2-core CPU
-  demo   `make demo`: all 8000 notes, 96 clusters of about 30 notes, each note in one (L = 1),
+  demo   `make demo`: all 8000 notes, 96 clusters of about 40 notes, each note in one (L = 1),
          settings chosen with the funnel on validation questions (experiments.funnel --plan);
          about 10 minutes on a 2-core CPU
   quick  the earlier demo: a 2000-note subset, 24 clusters (evaluate.py:cpu builds it)
@@ -105,16 +105,17 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     config.keywords.method = "lexical"
     config.self_filter.enabled = False
   elif arg == "demo":
-    # Chosen with the funnel's plan mode on 100 validation questions (BUILD_NOTES, "Demo
-    # settings"): on all 8000 notes, 96 clusters of ~30 nearest notes with L = 1 reach 84 %
-    # coverage (the disease of a question is the majority of some cluster) with ~1400 decoded
-    # rows, and L = 1 with T = 64 gives c/tau = 0.25, so 30 agreeing notes outweigh the
-    # vocabulary's noise (k c = 7.6; the paper's k = 80, c = 0.106 give 8.5). The quick
+    # Chosen with the funnel's plan mode on 100 validation questions and the decode fidelity
+    # of a first build (BUILD_NOTES, "Demo settings"): on all 8000 notes, 96 clusters of ~40
+    # nearest notes with L = 1 reach 85 % coverage (a question's disease is the majority of
+    # some cluster) with ~2000 decoded rows. L = 1 and T = 64 give c/tau = 0.25, so 40
+    # agreeing notes outweigh the vocabulary's noise (k c = 10; the paper's k = 80 and
+    # c = 0.106 give 8.5); with k = 30 no cluster under 25 notes named its disease. The quick
     # config's 24 clusters cover 43 %.
     config.keywords.method = "lexical"
     config.clustering.R = 96
     config.clustering.L = 1
-    config.clustering.k = 30
+    config.clustering.k = 40
     config.generation.T = 64
     config.self_filter.enabled = False   # SmolLM2-135M cannot judge YES/NO (see quick)
   elif arg == "quick":
