@@ -4,7 +4,7 @@
         --json_out=bench.json
 
 In one process, alternating ours / reference for --pairs pairs (A B A B ...):
-  - ours: synrag.private_prediction's cluster program (shared prefix, suffix prefill, T steps of
+  - ours: private_decode's cluster program (shared prefix, suffix prefill, T steps of
     clip -> masked sum -> sample -> feed back, one jitted while_loop);
   - reference: the same weights loaded by transformers (PyTorch, eager), the same prompts,
     prefill with a KV cache, then a Python loop per token that clips, sums, samples and feeds
@@ -30,6 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpsynrag_jax.models.presets import DTYPES, dtype_named
+
 
 def define_flags() -> None:
   """The app's flags, defined when it runs (not on import: apps import side by side)."""
@@ -43,7 +45,7 @@ def define_flags() -> None:
   flags.DEFINE_float("c", 0.106, "Clipping bound (c/tau of the paper's calibration).")
   flags.DEFINE_string("json_out", "", "Where to write the JSON report.")
   flags.DEFINE_bool("reference", True, "Run the PyTorch reference.")
-  flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
+  flags.DEFINE_enum("dtype", "float32", sorted(DTYPES),
                     "Our weights and activations (the reference stays float32).")
 
 
@@ -134,7 +136,7 @@ class Ours:
 
   def __init__(self, lm, documents, T, c):
     from dpsynrag_jax.models import LanguageModel  # pylint: disable=g-import-not-at-top
-    from dpsynrag_jax.synrag import private_prediction as pp  # pylint: disable=g-import-not-at-top
+    from dpsynrag_jax import private_decode as pp  # pylint: disable=g-import-not-at-top
     no_eos = LanguageModel(lm.config, lm.params, lm.tokenizer, lm.dtype, eos_ids=(-1,),
                            source=lm.source)
     self.predictor = pp.PrivatePredictor(no_eos, c=c, tau=1.0, T=T)
@@ -219,7 +221,7 @@ def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool,
     raise app.UsageError("The PyTorch reference needs a checkpoint: pass --noreference with "
                          "random:SHAPE.")
   load_start = time.perf_counter()
-  lm = load_model(model, {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype])
+  lm = load_model(model, dtype_named(dtype))
   load_seconds = time.perf_counter() - load_start
   documents = load_medical_synth(num_documents=docs, num_validation=0, num_test=0).documents
   ours = Ours(lm, documents, T, c)

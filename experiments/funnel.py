@@ -39,6 +39,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from dpsynrag_jax import digests
 from dpsynrag_jax.data.tasks import Task, load_task
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import pipeline
@@ -77,7 +78,7 @@ def build_funnel(build_dir: str, task: Task, encoder, decode,
     raise wd_lib.WorkdirError(f"{build_dir} holds no build whose clusters are chosen.")
   digest = os.path.join(wd.private, "documents.sha256")
   if os.path.exists(digest) and (open(digest, encoding="utf-8").read().strip() !=
-                                 pipeline.documents_digest(task.documents)):
+                                 digests.sequence_sha256(task.documents)):
     raise ValueError(f"{build_dir} was built from other documents than the task's.")
   members = {r["cluster"]: r["members"]
              for r in wd_lib.read_jsonl(wd.private_path("selected.jsonl"))}

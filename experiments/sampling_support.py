@@ -27,10 +27,12 @@ import ml_collections
 import numpy as np
 
 from dpsynrag_jax import privacy
+from dpsynrag_jax.data.private_documents import fit_to_budget, load_private_documents
+from dpsynrag_jax.models import dtype_named, load_lm
 from dpsynrag_jax.privacy import mechanisms
 from dpsynrag_jax.synrag import pipeline
 from dpsynrag_jax.synrag import workdir as wd_lib
-from dpsynrag_jax.synrag.private_prediction import PrivatePredictor
+from dpsynrag_jax.private_decode import PrivatePredictor
 
 LOW_MODE_RANGE = (-np.log(-np.log1p(-2.0**-24))) - (-np.log(-np.log(np.finfo(np.float32).tiny)))
 
@@ -76,10 +78,10 @@ def measure(workdir: str, num_clusters: int, rows_per_call: int = 8) -> dict:
   wd = wd_lib.Workdir(workdir)
   config = ml_collections.ConfigDict(wd_lib.read_json(wd.path(wd_lib.CONFIG)))
   cal = pipeline.calibration_of(config)
-  lm = pipeline.load_lm(config.model.lm)
-  documents, where = pipeline.load_private_documents(config.data)
-  documents = pipeline.fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
-                                     config.data.too_long)
+  lm = load_lm(config.model.lm, dtype=dtype_named(config.model.dtype))
+  documents, where = load_private_documents(config.data)
+  documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
+                            config.data.too_long)
   predictor = PrivatePredictor(lm, c=cal.c, tau=cal.tau, T=cal.T)
   members = {r["cluster"]: r["members"]
              for r in wd_lib.read_jsonl(wd.private_path("selected.jsonl"))}

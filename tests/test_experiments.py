@@ -247,7 +247,7 @@ def test_ablations_read_the_budget_when_they_run():
 
 
 def test_option_combinations_that_do_nothing_are_refused():
-  from dpsynrag_jax.synrag.private_prediction import PrivateTokenSelector
+  from dpsynrag_jax.privacy import PrivateTokenSelector
   with pytest.raises(ValueError, match="omega.*no effect with clip='difference'"):
     PrivateTokenSelector(c=0.1, method="difference", omega=0.1)
   with pytest.raises(ValueError, match="candidates > 0"):

@@ -195,7 +195,7 @@ def test_a_nan_row_stays_within_c_of_the_sum_without_it(method):
 def test_a_nan_row_does_not_decide_the_token():
   """Through the private decode's selector: the token still follows the other documents
   (token 0 every step was the failure: argmax over an all-NaN sum)."""
-  from dpsynrag_jax.synrag.private_prediction import PrivateTokenSelector
+  from dpsynrag_jax.privacy import PrivateTokenSelector
   selector = PrivateTokenSelector(c=1.0, tau=0.05)
   logits = np.zeros((4, V), np.float32)
   logits[:3, 7] = 10.0           # three documents agree on token 7

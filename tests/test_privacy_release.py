@@ -12,11 +12,12 @@ import pytest
 from dpsynrag_jax import privacy
 from dpsynrag_jax.baselines import DPSynth, aug_pe, dp_rag, dp_synth
 from dpsynrag_jax.data import load_medical_synth
+from dpsynrag_jax.data.private_documents import fit_to_budget
 from dpsynrag_jax.data.tasks import load_task
 from dpsynrag_jax.models import load_encoder, load_lm
 from dpsynrag_jax.synrag import pipeline, refresh
 from dpsynrag_jax.synrag import workdir as wd_lib
-from dpsynrag_jax.synrag.private_prediction import PrivatePredictor
+from dpsynrag_jax.private_decode import PrivatePredictor
 from experiments.configs import medical_synth
 
 pytestmark = pytest.mark.slow   # builds end to end on corpora of notes
@@ -48,7 +49,7 @@ def _decode_schedule(workdir, config):
   lm = load_lm("tiny-random")
   predictor = PrivatePredictor(lm, c=0.1, tau=1.0, T=config.generation.T)
   docs = [json.loads(line)["text"] for line in open(config.data.path)]
-  docs = pipeline.fit_to_budget(lm, docs, [""] * len(docs), config.data.max_doc_tokens,
+  docs = fit_to_budget(lm, docs, [""] * len(docs), config.data.max_doc_tokens,
                                 "truncate")
   selected = wd_lib.read_jsonl(os.path.join(workdir, "private", "selected.jsonl"))
   shapes = {r["cluster"]: predictor.shape_of(predictor.suffixes([docs[i] for i in r["members"]]))

@@ -9,7 +9,8 @@ import pytest
 
 from dpsynrag_jax.models import inference, load_lm
 from dpsynrag_jax.synrag import self_filter
-from dpsynrag_jax.synrag.private_prediction import PrivatePredictor, PrivateTokenSelector
+from dpsynrag_jax.private_decode import PrivatePredictor
+from dpsynrag_jax.privacy import PrivateTokenSelector
 
 NOTE = ("Given the symptoms (Severe tooth sensitivity, Uncontrollable craving for cheese, Sudden "
         "urge to dance the polka) of Lena Kroger. The diagnosis is Norglesnap Fever, the "

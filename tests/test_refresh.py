@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from dpsynrag_jax import digests
 from dpsynrag_jax.data import load_medical_synth
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import pipeline
@@ -58,7 +59,7 @@ def test_append_adds_a_partition_and_leaves_old_texts_alone(base_and_new, tmp_pa
   assert os.path.exists(os.path.join(workdir, "ledgers", "partition_1.json"))
   # The released files say nothing about the new partition's documents (no counts, no hash).
   text = open(os.path.join(workdir, refresh.PARTITIONS)).read()
-  assert "documents" not in text and refresh._sha256(new_docs) not in text  # pylint: disable=protected-access
+  assert "documents" not in text and digests.file_sha256(new_docs) not in text
   # Appending the same file again would spend its documents' budget twice.
   with pytest.raises(wd_lib.WorkdirError, match="appended already"):
     refresh.append_documents(workdir, new_docs)

@@ -13,7 +13,8 @@ from dpsynrag_jax import privacy
 from dpsynrag_jax.models import load_lm
 from dpsynrag_jax.synrag import candidates
 from dpsynrag_jax.synrag import pipeline
-from dpsynrag_jax.synrag.private_prediction import PrivatePredictor, PrivateTokenSelector
+from dpsynrag_jax.private_decode import PrivatePredictor
+from dpsynrag_jax.privacy import PrivateTokenSelector
 from experiments.configs import medical_synth
 
 

@@ -24,7 +24,7 @@ import tqdm
 from dpsynrag_jax import privacy
 from dpsynrag_jax.baselines.base import Answers, Method
 from dpsynrag_jax.data.tasks import Task
-from dpsynrag_jax.synrag.private_prediction import PrivatePredictor
+from dpsynrag_jax.private_decode import PrivatePredictor
 
 ANSWER_PROMPT = ("Question: {q}\nAnswer the question using the document below.\n"
                  "Document: {{d}}")

@@ -25,7 +25,7 @@ from dpsynrag_jax import privacy
 from dpsynrag_jax.baselines.base import RetrievalMethod, Retriever
 from dpsynrag_jax.data.tasks import Task
 from dpsynrag_jax.synrag import self_filter
-from dpsynrag_jax.synrag.private_prediction import PrivatePredictor, decode_many
+from dpsynrag_jax.private_decode import PrivatePredictor, decode_many
 
 
 def batch_of(text: str, seed: int, num_batches: int) -> int:
@@ -86,7 +86,7 @@ class DPSynth(RetrievalMethod):
     prompt = self.task.self_filter_prompt
     if self.self_filter_enabled and prompt:
       keep &= self_filter.self_filter(self.lm, texts,
-                                      self_filter.FILTER_PROMPTS.get(prompt, prompt))
+                                      self_filter.filter_prompt(prompt))
     self.synthetic_texts = [t for t, k in zip(texts, keep) if k]
     self.retriever = Retriever(self.encoder, self.synthetic_texts)
 

@@ -10,3 +10,4 @@ from dpsynrag_jax.models.kv_cache import KVCache, init_cache
 from dpsynrag_jax.models.language_model import (LanguageModel, bucket_batch, bucket_length,
                                                 load_lm, random_lm)
 from dpsynrag_jax.models.encoder import SentenceEncoder, load_encoder
+from dpsynrag_jax.models.presets import DTYPES, dtype_named

@@ -8,11 +8,23 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import importlib.util
 import os
 
+import jax.numpy as jnp
+
+from dpsynrag_jax import digests
 from dpsynrag_jax.models.checkpoint import CheckpointError
+
+# Weight dtypes by the names configs and flags use.
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def dtype_named(name: str):
+  """The jnp dtype of a config's model.dtype ('float32' or 'bfloat16')."""
+  if name not in DTYPES:
+    raise ValueError(f"Unknown model dtype {name!r}; expected one of {sorted(DTYPES)}.")
+  return DTYPES[name]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,11 +69,7 @@ HUB_ENCODERS = {
 @functools.lru_cache(maxsize=None)
 def _sha256(path: str, mtime: float) -> str:
   del mtime  # part of the cache key only: a replaced file is hashed again
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 22), b""):
-      digest.update(block)
-  return digest.hexdigest()
+  return digests.file_sha256(path)
 
 
 def embedded_path(model: EmbeddedModel) -> str:

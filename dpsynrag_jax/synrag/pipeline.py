@@ -1,6 +1,6 @@
 """DP-SynRAG Algorithm 1 as a resumable job: private documents in, a synthetic database out.
 
-Phases (each timed and logged):
+Phases (each timed and logged), in `build_synthetic_db` in this order:
   load       models and the private documents (truncated to the prompt budget)
   keywords   K public-vocabulary words per document                       (private, cached)
   histogram  noisy keyword counts -> top-R keywords                        (released, ledger)
@@ -21,28 +21,26 @@ recomputes exactly what an interrupted one drew and charges nothing twice
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import dataclasses
 import json
 import os
 import time
-from typing import Sequence
 
 from absl import logging
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import tqdm
 
 from dpsynrag_jax import distributed
 from dpsynrag_jax import privacy
-from dpsynrag_jax.models import load_encoder, load_lm
+from dpsynrag_jax.data.private_documents import fit_to_budget, load_private_documents
+from dpsynrag_jax.models import dtype_named, load_encoder, load_lm
+from dpsynrag_jax.private_decode import PrivatePredictor, decode_many
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import candidates, clustering, keywords, reranking, self_filter
 from dpsynrag_jax.synrag import workdir as wd_lib
-from dpsynrag_jax.synrag.private_prediction import PrivatePredictor, decode_many
 from dpsynrag_jax.synrag.vocabulary import english_vocabulary
-
 
 
 def histogram_key(seed: int) -> jax.Array:
@@ -75,10 +73,6 @@ class _Timer:
     logging.info("phase %s done in %.1f s", name, self.seconds[name])
 
 
-def _dtype(name: str):
-  return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[name]
-
-
 def calibration_of(config) -> privacy.Calibration:
   p = config.privacy
   return privacy.calibrate(
@@ -87,119 +81,19 @@ def calibration_of(config) -> privacy.Calibration:
       rho_retr=p.rho_retr, accountant=p.accountant)
 
 
-# ---- data -----------------------------------------------------------------------------------
+@dataclasses.dataclass
+class _Build:
+  """What the phases of one build share: settings, noise, the work dir, the ledger."""
+  config: ml_collections.ConfigDict
+  cal: privacy.Calibration
+  seed: int
+  wd: wd_lib.Workdir
+  ledger: privacy.ResumableLedger | None   # process 0 only
+  process: int
+  processes: int
 
-def load_private_documents(data_config) -> tuple[list[str], list[str]]:
-  """(documents, where) with where[i] naming document i for error messages.
-
-  data.name: medical_synth (vendored), movielens / searchqa (a local copy at data.path), or
-  corpus (the user's JSONL/CSV at data.path).
-  """
-  if data_config.name == "corpus":
-    from dpsynrag_jax.data import load_corpus  # pylint: disable=g-import-not-at-top
-    if not data_config.path:
-      raise ValueError("data.name='corpus' needs --config.data.path=docs.jsonl (or .csv).")
-    corpus = load_corpus(data_config.path, text_field=data_config.text_field)
-    texts = list(corpus.texts)
-    where = [f"{data_config.path} line {n}" for n in corpus.line_numbers]
-    if data_config.num_documents:
-      texts, where = texts[:data_config.num_documents], where[:data_config.num_documents]
-    return texts, where
-  task_names = {"medical_synth": "medical", "medical": "medical", "movielens": "movielens",
-                "searchqa": "searchqa"}
-  if data_config.name not in task_names:
-    raise ValueError(f"Unknown data.name {data_config.name!r}; expected one of "
-                     f"{sorted(task_names) + ['corpus']}.")
-  from dpsynrag_jax.data.tasks import load_task  # pylint: disable=g-import-not-at-top
-  task = load_task(task_names[data_config.name], path=data_config.path,
-                   num_documents=data_config.num_documents or None, num_validation=0,
-                   num_test=0, seed=data_config.split_seed)
-  return list(task.documents), [f"{data_config.name} document {i}"
-                                for i in range(len(task.documents))]
-
-
-def fit_to_budget(lm, documents: Sequence[str], where: Sequence[str], max_tokens: int,
-                  policy: str) -> list[str]:
-  """Documents cut to max_tokens tokens ('truncate', counted in the log) or an error naming the
-  first document over budget ('error')."""
-  if policy not in ("truncate", "error"):
-    raise ValueError(f"data.too_long must be 'truncate' or 'error', got {policy!r}.")
-  out, truncated = [], 0
-  for doc, ids, place in zip(documents, lm.encode(documents), where):
-    if len(ids) <= max_tokens:
-      out.append(doc)
-      continue
-    if policy == "error":
-      raise ValueError(f"{place} has {len(ids)} tokens, over data.max_doc_tokens={max_tokens}; "
-                       "raise the budget or set data.too_long='truncate'.")
-    truncated += 1
-    out.append(lm.decode(ids[:max_tokens]))
-  if truncated:
-    # A count about the private corpus: the operator's log only, never a released file.
-    logging.info("Truncated %d documents to %d tokens.", truncated, max_tokens)
-  return out
-
-
-# ---- the build ------------------------------------------------------------------------------
-
-def document_digests(documents: Sequence[str]) -> list[str]:
-  """sha256 of each document's text (private: they identify documents)."""
-  return [hashlib.sha256(doc.encode("utf-8")).hexdigest() for doc in documents]
-
-
-def documents_digest(documents: Sequence[str]) -> str:
-  """sha256 over the documents in order (each length-prefixed, so boundaries count)."""
-  digest = hashlib.sha256()
-  for doc in documents:
-    data = doc.encode("utf-8")
-    digest.update(len(data).to_bytes(8, "little"))
-    digest.update(data)
-  return digest.hexdigest()
-
-
-DOCUMENT_DIGESTS = "document_digests.txt"   # private/: one sha256 per document, in order
-
-
-def read_document_digests(wd: wd_lib.Workdir) -> list[str] | None:
-  """The per-document digests a build recorded, or None for a build that predates them."""
-  path = wd.private_path(DOCUMENT_DIGESTS)
-  if not os.path.exists(path):
-    return None
-  with open(path, encoding="utf-8") as f:
-    return f.read().split()
-
-
-def _check_documents(wd: wd_lib.Workdir, documents: Sequence[str]) -> None:
-  """Records the private documents' digests; refuses to resume over other documents.
-
-  Cached keywords, embeddings and cluster members are matched to documents by position: a
-  corpus edited between an interruption and its resume would mix two datasets, and a person
-  could land in 2L clusters. The per-document digests let a later append (synrag.refresh)
-  refuse documents already built. Both are private state (they identify the corpus).
-  """
-  path = wd.private_path("documents.sha256")
-  digest = documents_digest(documents)
-  if os.path.exists(path):
-    with open(path, encoding="utf-8") as f:
-      recorded = f.read().strip()
-    if recorded != digest:
-      raise wd_lib.WorkdirError(
-          f"{wd.root} holds a build of other documents than the ones loaded now (the corpus "
-          "changed since it was started); resume with the same documents, or start a new "
-          "work dir.")
-  else:
-    wd_lib.atomic_write_text(path, digest + "\n")
-  if read_document_digests(wd) is None:
-    wd_lib.atomic_write_text(wd.private_path(DOCUMENT_DIGESTS),
-                             "".join(d + "\n" for d in document_digests(documents)))
-
-
-def _cached_npy(path: str, compute):
-  if os.path.exists(path):
-    return np.load(path)
-  value = compute()
-  wd_lib.atomic_save_npy(path, value)
-  return value
+  def cluster_key(self, r: int) -> jax.Array:
+    return cluster_key(self.seed, r)
 
 
 def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=None,
@@ -225,60 +119,64 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
   if lead and wd.prepare(config.to_dict(), config.runtime.overwrite):
     logging.info("Resuming the interrupted run in %s.", workdir)
   distributed.barrier("prepared")
-  timer = _Timer()
-  seed = privacy.check_seed(config.seed)
   cal = calibration_of(config)
   logging.info("Calibration: sigma_h=%.4g sigma_mu=%.4g eps_theta=%.3g c/tau=%.5g (%s).",
                cal.sigma_h, cal.sigma_mu, cal.eps_theta, cal.c_over_tau, cal.accountant)
-  ledger = privacy.ResumableLedger(wd.private_path("ledger.json"), cal) if lead else None
+  build = _Build(config=config, cal=cal, seed=privacy.check_seed(config.seed), wd=wd,
+                 ledger=privacy.ResumableLedger(wd.private_path("ledger.json"), cal)
+                 if lead else None, process=proc, processes=procs)
+  timer = _Timer()
 
   with timer.phase("load"):
-    lm = lm or load_lm(config.model.lm, dtype=_dtype(config.model.dtype))
+    lm = lm or load_lm(config.model.lm, dtype=dtype_named(config.model.dtype))
     encoder = encoder or load_encoder(config.model.encoder)
     documents, where = load_private_documents(config.data)
     if lead:
-      _check_documents(wd, documents)
+      wd.check_documents(documents)
     documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
                               config.data.too_long)
     vocab = english_vocabulary(config.keywords.vocabulary_size)
+    predictor = _predictor(config, cal, lm)
 
-  key_of_cluster = lambda r: cluster_key(seed, r)
-  predictor = PrivatePredictor(
-      lm, c=cal.c, tau=cal.tau, T=cal.T, method=config.generation.clip,
-      alpha=config.generation.alpha, omega=config.generation.omega,
-      candidates=config.generation.get("candidates", 0),
-      candidate_ids=candidates.term_token_ids(
-          lm, candidates.public_terms(config.generation.get("candidate_terms", ""))),
-      devices=_devices(config.runtime.devices))
-  if lead:
-    top_words, selected = _private_phases(config, cal, documents, vocab, lm, encoder, seed,
-                                          key_of_cluster, ledger, wd, timer)
+  if lead:   # every mechanism up to the re-ranking, on process 0
+    with timer.phase("keywords"):
+      keyword_ids = _cached_npy(wd.private_path("keywords.npy"),
+                                lambda: _keywords(config, documents, vocab, lm))
+    with timer.phase("histogram"):
+      top_words = _top_keywords(build, keyword_ids, len(vocab))
+    with timer.phase("clusters"):
+      top_words, clusters = _clusters(config, keyword_ids, top_words, vocab, encoder)
+    with timer.phase("embed"):
+      embeddings = _cached_npy(wd.private_path("embeddings.npy"),
+                               lambda: encoder.embed(documents))
+    with timer.phase("rerank"):
+      selected = _select_all(build, clusters, embeddings)
     if config.runtime.get("stop_after_rerank", False):
       raise PipelineInterrupted("Stopped after the re-ranking (runtime.stop_after_rerank); "
                                 "rerun without it to decode.")
-    if procs > 1:
-      _charge_all_tokens(cal, selected, ledger, wd)
+    # Every cluster's planned T tokens (whatever EOS does), charged and saved before the first
+    # cluster is decoded by any process, in cluster-index order (public).
+    decoded = set(wd.generated(0))
+    _charge_tokens(build, [r for r in range(len(selected)) if r not in decoded])
   distributed.barrier("selected")
   if not lead:
-    selected = _read_selected(wd)
+    selected = [members for _, members in sorted(wd.selected().items())]
 
   with timer.phase("decode"):
     mine = [r for r in range(len(selected)) if r % procs == proc]
-    generated = _decode_all(config, cal, predictor, documents, selected, mine, key_of_cluster,
-                            ledger if procs == 1 else None, wd, _generated_file(proc))
+    generated = _decode_all(build, predictor, documents, selected, mine)
   distributed.barrier("decoded")
   if not lead:
     return {"process": proc, "clusters": len(mine)}
   for other in range(1, procs):
-    generated.update(_read_generated(wd, _generated_file(other)))
+    generated.update(wd.generated(other))
   missing = sorted(set(range(len(selected))) - set(generated))
   if missing:
     raise RuntimeError(f"{len(missing)} clusters were not decoded by any process.")
 
   with timer.phase("filter"):
     texts = [predictor.text(generated[r]) for r in range(len(selected))]
-    prompt = self_filter.FILTER_PROMPTS.get(config.self_filter.prompt,
-                                            config.self_filter.prompt)
+    prompt = self_filter.filter_prompt(config.self_filter.prompt)
     keep = (self_filter.self_filter(lm, texts, prompt) if config.self_filter.enabled
             else np.ones(len(texts), bool))
     keep &= np.array([bool(t) for t in texts], bool)
@@ -286,13 +184,13 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
   with timer.phase("release"):
     records = [{"text": t, "keyword": vocab.word(int(w))}
                for t, w, k in zip(texts, top_words, keep) if k]
-    _release(wd, records, encoder, ledger)
+    _release(wd, records, encoder, build.ledger)
 
   summary = {
       "synthetic_texts": len(records),
       "clusters": len(selected),
       "processes": procs,
-      **ledger.ledger.summary(),
+      **build.ledger.ledger.summary(),
       "seconds": {k: round(v, 1) for k, v in timer.seconds.items()},
   }
   wd_lib.atomic_write_json(wd.private_path("summary.json"), summary)
@@ -302,54 +200,7 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
   return summary
 
 
-def _private_phases(config, cal, documents, vocab, lm, encoder, seed, cluster_key, ledger,
-                    wd, timer) -> tuple[np.ndarray, list[np.ndarray]]:
-  """Keywords, histogram, clusters, embeddings and re-ranking: (top words, S_r per cluster)."""
-  with timer.phase("keywords"):
-    def extract():
-      if config.keywords.method == "lexical":
-        return keywords.lexical_keywords(documents, vocab, config.keywords.K)
-      if config.keywords.method == "llm":
-        return keywords.llm_keywords(lm, documents, vocab, config.keywords.K)
-      raise ValueError(f"keywords.method must be 'lexical' or 'llm', got "
-                       f"{config.keywords.method!r}.")
-    keyword_ids = _cached_npy(wd.private_path("keywords.npy"), extract)
-
-  with timer.phase("histogram"):
-    top_path = wd.private_path("top_words.npy")
-    if os.path.exists(top_path):
-      top_words = np.load(top_path)
-    else:
-      top_words = clustering.noisy_top_keywords(
-          histogram_key(seed), keyword_ids, len(vocab),
-          config.keywords.K, cal.sigma_h, config.clustering.R, ledger)
-      ledger.save()
-      wd_lib.atomic_save_npy(top_path, top_words)
-
-  with timer.phase("clusters"):
-    threshold = config.clustering.get("merge_synonyms", 0.0)
-    if threshold:
-      # Post-processing of the released words with the public encoder: no budget.
-      groups = clustering.group_synonyms(
-          [vocab.word(int(w)) for w in top_words],
-          encoder.embed([vocab.word(int(w)) for w in top_words]), threshold)
-      groups = [[int(top_words[i]) for i in g] for g in groups]
-      logging.info("Merged %d keywords into %d clusters (cosine >= %g).", len(top_words),
-                   len(groups), threshold)
-    else:
-      groups = [[int(w)] for w in top_words]
-    clusters = clustering.soft_clusters(keyword_ids, top_words, config.clustering.L,
-                                        groups=groups)
-    top_words = np.asarray([g[0] for g in groups], np.int64)  # each cluster's leading word
-
-  with timer.phase("embed"):
-    embeddings = _cached_npy(wd.private_path("embeddings.npy"),
-                             lambda: encoder.embed(documents))
-
-  with timer.phase("rerank"):
-    selected = _select_all(config, cal, clusters, embeddings, cluster_key, ledger, wd)
-  return top_words, selected
-
+# ---- the phases' steps, in the order build_synthetic_db runs them ---------------------------
 
 def _devices(count: int):
   devices = jax.local_devices()
@@ -359,78 +210,108 @@ def _devices(count: int):
   return devices[:count] if count else devices
 
 
-def _select_all(config, cal, clusters, embeddings, cluster_key, ledger, wd) -> list[np.ndarray]:
+def _predictor(config, cal, lm) -> PrivatePredictor:
+  """The private decode of config.generation at the calibrated c, on runtime.devices."""
+  g = config.generation
+  return PrivatePredictor(
+      lm, c=cal.c, tau=cal.tau, T=cal.T, method=g.clip, alpha=g.alpha, omega=g.omega,
+      candidates=g.get("candidates", 0),
+      candidate_ids=candidates.term_token_ids(
+          lm, candidates.public_terms(g.get("candidate_terms", ""))),
+      devices=_devices(config.runtime.devices))
+
+
+def _cached_npy(path: str, compute):
+  if os.path.exists(path):
+    return np.load(path)
+  value = compute()
+  wd_lib.atomic_save_npy(path, value)
+  return value
+
+
+def _keywords(config, documents, vocab, lm) -> np.ndarray:
+  """[N, K] vocabulary ids of each document's keywords (-1 for fewer than K)."""
+  if config.keywords.method == "lexical":
+    return keywords.lexical_keywords(documents, vocab, config.keywords.K)
+  if config.keywords.method == "llm":
+    return keywords.llm_keywords(lm, documents, vocab, config.keywords.K)
+  raise ValueError(f"keywords.method must be 'lexical' or 'llm', got "
+                   f"{config.keywords.method!r}.")
+
+
+def _top_keywords(build: _Build, keyword_ids, vocab_size: int) -> np.ndarray:
+  """The noisy histogram's top-R word ids (charged, then cached in private/)."""
+  path = build.wd.private_path("top_words.npy")
+  if os.path.exists(path):
+    return np.load(path)
+  config = build.config
+  top_words = clustering.noisy_top_keywords(
+      histogram_key(build.seed), keyword_ids, vocab_size, config.keywords.K, build.cal.sigma_h,
+      config.clustering.R, build.ledger)
+  build.ledger.save()
+  wd_lib.atomic_save_npy(path, top_words)
+  return top_words
+
+
+def _clusters(config, keyword_ids, top_words, vocab, encoder):
+  """(each cluster's leading word id [R'], C_r per cluster): soft clusters over the released
+  words, optionally with synonyms merged (post-processing with the public encoder)."""
+  threshold = config.clustering.get("merge_synonyms", 0.0)
+  if threshold:
+    words = [vocab.word(int(w)) for w in top_words]
+    groups = clustering.group_synonyms(words, encoder.embed(words), threshold)
+    groups = [[int(top_words[i]) for i in g] for g in groups]
+    logging.info("Merged %d keywords into %d clusters (cosine >= %g).", len(top_words),
+                 len(groups), threshold)
+  else:
+    groups = [[int(w)] for w in top_words]
+  clusters = clustering.soft_clusters(keyword_ids, top_words, config.clustering.L,
+                                      groups=groups)
+  return np.asarray([g[0] for g in groups], np.int64), clusters
+
+
+def _select_all(build: _Build, clusters, embeddings) -> list[np.ndarray]:
   """S_r for every cluster; cached in private/ (document indices are private)."""
-  path = wd.private_path("selected.jsonl")
-  done = {rec["cluster"]: np.asarray(rec["members"], np.int64) for rec in wd_lib.read_jsonl(path)}
+  wd, cal, config = build.wd, build.cal, build.config
+  done = wd.selected()
   if not config.clustering.rerank:
     # The paper's "w/o re-ranking" ablation: S_r = C_r. No mechanism runs, nothing is charged,
     # and the budget calibrated for re-ranking stays unspent (the ledger shows the smaller total).
     if not done:
-      wd_lib.append_jsonl(path, [{"cluster": r, "members": np.asarray(m).tolist()}
-                                 for r, m in enumerate(clusters)])
+      wd.add_selected(dict(enumerate(clusters)))
     return [np.asarray(members, np.int64) for members in clusters]
   for r in tqdm.trange(len(clusters), desc="re-rank", unit="cluster",
                        disable=len(done) == len(clusters)):
     if r in done:
       continue
     members = reranking.select_members(
-        jax.random.fold_in(cluster_key(r), 0), embeddings, clusters[r], sigma_mu=cal.sigma_mu,
-        eps_theta=cal.eps_theta, k=config.clustering.k, cluster=r, ledger=ledger)
-    ledger.save()
-    wd_lib.append_jsonl(path, [{"cluster": r, "members": members.tolist()}])
+        jax.random.fold_in(build.cluster_key(r), 0), embeddings, clusters[r],
+        sigma_mu=cal.sigma_mu, eps_theta=cal.eps_theta, k=config.clustering.k, cluster=r,
+        ledger=build.ledger)
+    build.ledger.save()
+    wd.add_selected({r: members})
     done[r] = members
   return [done[r] for r in range(len(clusters))]
 
 
-def _read_selected(wd: wd_lib.Workdir) -> list[np.ndarray]:
-  done = {rec["cluster"]: np.asarray(rec["members"], np.int64)
-          for rec in wd_lib.read_jsonl(wd.private_path("selected.jsonl"))}
-  return [done[r] for r in range(len(done))]
-
-
-def _generated_file(process: int) -> str:
-  """Process 0 keeps the single-process name, so a resumed run reads it either way."""
-  return "generated.jsonl" if process == 0 else f"generated.p{process}.jsonl"
-
-
-def _read_generated(wd: wd_lib.Workdir, name: str) -> dict[int, list[int]]:
-  return {rec["cluster"]: rec["tokens"] for rec in wd_lib.read_jsonl(wd.private_path(name))}
-
-
-def _charge_tokens(cal, clusters, ledger) -> None:
-  """Every cluster's planned T tokens, charged and saved before any of them is decoded, in
-  cluster-index order (public), whatever order the decode runs them in."""
+def _charge_tokens(build: _Build, clusters) -> None:
   for r in sorted(clusters):
-    ledger.record_tokens(r, cal.T, cal.c, cal.tau)
-  ledger.save()
+    build.ledger.record_tokens(r, build.cal.T, build.cal.c, build.cal.tau)
+  build.ledger.save()
 
 
-def _charge_all_tokens(cal, selected, ledger, wd) -> None:
-  """Several processes: every cluster's tokens charged before any process decodes."""
-  decoded = set(_read_generated(wd, _generated_file(0)))
-  _charge_tokens(cal, [r for r in range(len(selected)) if r not in decoded], ledger)
-
-
-def _decode_all(config, cal, predictor, documents, selected, clusters, cluster_key, ledger,
-                wd, state_file) -> dict[int, list[int]]:
-  """Token ids of the synthetic texts of `clusters`, by groups of equal shape over the devices.
-
-  ledger: charged for every cluster before the first is decoded; None when the tokens were
-    charged already (several processes).
-  """
-  path = wd.private_path(state_file)
-  done = {r: t for r, t in _read_generated(wd, state_file).items() if r in set(clusters)}
+def _decode_all(build: _Build, predictor, documents, selected, clusters) -> dict[int, list[int]]:
+  """Token ids of the synthetic texts of `clusters` (this process's share), by groups of equal
+  shape over the devices; each group persisted as it finishes."""
+  wd = build.wd
+  done = {r: t for r, t in wd.generated(build.process).items() if r in set(clusters)}
   todo = [r for r in clusters if r not in done]
   suffixes = {r: predictor.suffixes([documents[i] for i in selected[r]]) for r in todo}
-  stop_after = config.runtime.stop_after_clusters
+  stop_after = build.config.runtime.stop_after_clusters
   already = len(done)
 
-  if ledger is not None:  # before decoding: the planned T, whatever EOS does
-    _charge_tokens(cal, todo, ledger)
-
   def persist(outputs):
-    wd_lib.append_jsonl(path, [{"cluster": r, "tokens": t} for r, t in outputs.items()])
+    wd.add_generated(build.process, outputs)
     done.update(outputs)
     if 0 <= stop_after <= len(done) - already:
       raise PipelineInterrupted(
@@ -438,7 +319,7 @@ def _decode_all(config, cal, predictor, documents, selected, clusters, cluster_k
 
   with tqdm.tqdm(total=len(clusters), initial=len(done), desc="private decode",
                  unit="cluster") as bar:
-    decode_many(predictor, suffixes, lambda r: jax.random.fold_in(cluster_key(r), 1),
+    decode_many(predictor, suffixes, lambda r: jax.random.fold_in(build.cluster_key(r), 1),
                 after_group=persist, progress=bar)
   return done
 

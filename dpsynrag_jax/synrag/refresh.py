@@ -16,7 +16,7 @@ partitions. A text once released cannot be unreleased: deleting a document later
 delete what was built from it (see README, "Refreshing").
 
 A person must not sit in two partitions silently: every build records a private sha256 per
-document (pipeline.DOCUMENT_DIGESTS), and an append holding any document already built in a
+document (workdir.DOCUMENT_DIGESTS), and an append holding any document already built in a
 partition (partition 0 included) is refused, naming how many and where the first is. Charging
 such documents twice (sequential composition) is the alternative; refusing keeps the stated
 per-document guarantee true without asking the operator to reason about it.
@@ -28,7 +28,6 @@ duplicates nor loses texts.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
@@ -36,7 +35,9 @@ from absl import logging
 import ml_collections
 import numpy as np
 
+from dpsynrag_jax import digests
 from dpsynrag_jax import privacy
+from dpsynrag_jax.data.private_documents import load_private_documents
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import pipeline
 from dpsynrag_jax.synrag import workdir as wd_lib
@@ -44,14 +45,6 @@ from dpsynrag_jax.synrag import workdir as wd_lib
 PARTITIONS = wd_lib.PARTITIONS
 LEDGERS = wd_lib.LEDGERS
 _SEED_STRIDE = 1_000_003   # partition k's seed: base seed * stride + k (distinct, reproducible)
-
-
-def _sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
 
 
 def _ledger_figures(path: str) -> dict:
@@ -120,7 +113,7 @@ def append_documents(workdir: str, documents_path: str, *, lm=None, encoder=None
   # Which file became which partition is private bookkeeping (a hash of private data).
   registry_path = wd.private_path("partitions.json")
   registry = wd_lib.read_json(registry_path) if os.path.exists(registry_path) else {}
-  digest = _sha256(documents_path)
+  digest = digests.file_sha256(documents_path)
   released = read_partitions(workdir)
   merged = {p["index"] for p in released["partitions"]}
   if digest in registry and registry[digest] in merged:
@@ -147,13 +140,13 @@ def _built_digests(wd: wd_lib.Workdir, base: ml_collections.ConfigDict, merged,
                    started) -> set[str]:
   """Per-document digests (private) of partition 0, of the merged partitions, and of the
   partitions whose build has started (`started`, registered but not merged yet)."""
-  digests = pipeline.read_document_digests(wd)
-  if digests is None:  # a build from before the digests were recorded: read its documents
-    digests = pipeline.document_digests(pipeline.load_private_documents(base.data)[0])
-  out = set(digests)
+  built = wd.document_digests()
+  if built is None:  # a build from before the digests were recorded: read its documents
+    built = digests.text_sha256s(load_private_documents(base.data)[0])
+  out = set(built)
   for k in sorted((set(merged) | set(started)) - {0}):
-    part = pipeline.read_document_digests(wd_lib.Workdir(
-        wd.private_path(os.path.join("partitions", str(k)))))
+    part_dir = wd.private_path(os.path.join("partitions", str(k)))
+    part = wd_lib.Workdir(part_dir).document_digests()
     if part is None and k in merged:
       raise wd_lib.WorkdirError(f"Partition {k} of {wd.root} records no document digests; "
                                 "cannot check the new documents against it.")
@@ -163,9 +156,9 @@ def _built_digests(wd: wd_lib.Workdir, base: ml_collections.ConfigDict, merged,
 
 def _refuse_built_documents(wd: wd_lib.Workdir, base, config, merged, started) -> None:
   """WorkdirError if a new document was built in an earlier partition already."""
-  documents, where = pipeline.load_private_documents(config.data)
+  documents, where = load_private_documents(config.data)
   built = _built_digests(wd, base, merged, started)
-  repeated = [place for place, digest in zip(where, pipeline.document_digests(documents))
+  repeated = [place for place, digest in zip(where, digests.text_sha256s(documents))
               if digest in built]
   if repeated:
     raise wd_lib.WorkdirError(

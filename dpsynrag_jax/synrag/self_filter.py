@@ -19,6 +19,13 @@ FILTER_PROMPTS = {
                   "20th century? Answer only YES or NO.\nDocument: {y}\nAnswer:"),
 }
 
+
+
+def filter_prompt(name_or_template: str) -> str:
+  """A FILTER_PROMPTS key's prompt, or the argument itself (a template with {y})."""
+  return FILTER_PROMPTS.get(name_or_template, name_or_template)
+
+
 _YES = ("YES", "Yes", "yes", " YES", " Yes", " yes")
 _NO = ("NO", "No", "no", " NO", " No", " no")
 

@@ -23,6 +23,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from dpsynrag_jax import digests
+
 CONFIG = "config.json"
 SYNTHETIC_DB = "synthetic_db.jsonl"
 INDEX = "index.faiss"
@@ -30,6 +32,7 @@ LEDGER = "privacy_ledger.json"
 PARTITIONS = "partitions.json"
 LEDGERS = "ledgers"
 PRIVATE = "private"
+DOCUMENT_DIGESTS = "document_digests.txt"   # private/: one sha256 per document, in order
 RELEASED_FILES = (CONFIG, SYNTHETIC_DB, INDEX, LEDGER, PARTITIONS, LEDGERS)
 
 
@@ -157,6 +160,63 @@ class Workdir:
 
   def mark_finished(self) -> None:
     atomic_write_text(self.private_path("FINISHED"), "")
+
+  # ---- private state of a build: what resumes it -----------------------------------------
+
+  def check_documents(self, documents) -> None:
+    """Records the private documents' digests; refuses to resume over other documents.
+
+    Cached keywords, embeddings and cluster members are matched to documents by position: a
+    corpus edited between an interruption and its resume would mix two datasets, and a person
+    could land in 2L clusters. The per-document digests let a later append (synrag.refresh)
+    refuse documents already built. Both are private state (they identify the corpus).
+    """
+    path = self.private_path("documents.sha256")
+    digest = digests.sequence_sha256(documents)
+    if os.path.exists(path):
+      with open(path, encoding="utf-8") as f:
+        recorded = f.read().strip()
+      if recorded != digest:
+        raise WorkdirError(
+            f"{self.root} holds a build of other documents than the ones loaded now (the corpus "
+            "changed since it was started); resume with the same documents, or start a new "
+            "work dir.")
+    else:
+      atomic_write_text(path, digest + "\n")
+    if self.document_digests() is None:
+      atomic_write_text(self.private_path(DOCUMENT_DIGESTS),
+                        "".join(d + "\n" for d in digests.text_sha256s(documents)))
+
+  def document_digests(self) -> list[str] | None:
+    """The per-document digests the build recorded, or None for a build that predates them."""
+    path = self.private_path(DOCUMENT_DIGESTS)
+    if not os.path.exists(path):
+      return None
+    with open(path, encoding="utf-8") as f:
+      return f.read().split()
+
+  def selected(self) -> dict[int, np.ndarray]:
+    """cluster -> S_r (document indices) for every cluster re-ranked so far."""
+    return {rec["cluster"]: np.asarray(rec["members"], np.int64)
+            for rec in read_jsonl(self.private_path("selected.jsonl"))}
+
+  def add_selected(self, members: dict[int, Iterable[int]]) -> None:
+    append_jsonl(self.private_path("selected.jsonl"),
+                 [{"cluster": r, "members": np.asarray(m).tolist()} for r, m in members.items()])
+
+  @staticmethod
+  def _generated_name(process: int) -> str:
+    # Process 0 keeps the single-process name, so a resumed run reads it either way.
+    return "generated.jsonl" if process == 0 else f"generated.p{process}.jsonl"
+
+  def generated(self, process: int = 0) -> dict[int, list[int]]:
+    """cluster -> token ids, for the clusters process `process` has decoded so far."""
+    return {rec["cluster"]: rec["tokens"]
+            for rec in read_jsonl(self.private_path(self._generated_name(process)))}
+
+  def add_generated(self, process: int, tokens: dict[int, list[int]]) -> None:
+    append_jsonl(self.private_path(self._generated_name(process)),
+                 [{"cluster": r, "tokens": t} for r, t in tokens.items()])
 
 
 # Options added to the build config after builds were made, with the value that means "off".

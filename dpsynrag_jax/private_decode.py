@@ -1,5 +1,7 @@
-"""Private prediction: one synthetic text per cluster from the clipped sum of its documents'
-next-token logits (DP-SynRAG step 4). DP-Synth and DP-RAG use the same decode.
+"""The private decode: one text per group of documents from the clipped sum of their
+next-token logits (DP-SynRAG step 4). DP-SynRAG (a cluster), DP-Synth (a batch) and DP-RAG (a
+question's retrieved documents) all run it; the token mechanism itself is
+`privacy.PrivateTokenSelector`.
 
 Per cluster, on device: the shared prompt prefix's KV cache (computed once per run) is
 broadcast to every row and the document suffixes are prefilled after it, in chunks of rows
@@ -20,7 +22,6 @@ P shared-prefix tokens, C cache slots, V vocabulary, T private tokens.
 from __future__ import annotations
 
 import collections
-import copy
 import dataclasses
 import functools
 from typing import Callable, Sequence
@@ -31,85 +32,14 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import tqdm
 
-from dpsynrag_jax import privacy
 from dpsynrag_jax.models import inference, kv_cache
 from dpsynrag_jax.models.language_model import LanguageModel, bucket_length
+from dpsynrag_jax.privacy import PrivateTokenSelector
 
 REPHRASE_PROMPT = ("Rephrase the following document without altering the important information "
                    "contained within it.\nDocument: {d}")
 ROW_BUCKET = 16
 _SENTINEL = "\u2063DOC\u2063"
-
-
-CLIP_METHODS = ("grislain", "clamp", "difference")
-
-
-@dataclasses.dataclass(frozen=True)
-class PrivateTokenSelector:
-  """decode_loop's `select` for private prediction: one token for the whole cluster.
-
-  method grislain / clamp (the paper):
-    utility = sum over document rows of clip_c(logits) + omega * (public row's logits)
-  method difference:
-    utility = log p_public + sum over document rows of clip(log p_i - log p_public, -c, c)
-  token ~ softmax(utility / tau), over the whole vocabulary or, with candidates > 0, over the
-  public row's top-`candidates` tokens plus `candidate_ids` (a public list).
-
-  Every document row contributes a vector in [-c, c] and the public row holds no private data
-  (its context is the prompt and the tokens already released), so each token is the
-  exponential mechanism of `privacy.sample_token`: (2c/tau)-DP, (c/tau)^2/2-zCDP; a candidate
-  set computed from public data only restricts its range without touching its sensitivity.
-  """
-  c: float
-  tau: float = 1.0
-  method: str = "grislain"
-  alpha: float = 1.0
-  omega: float = 0.0
-  candidates: int = 0
-  candidate_ids: tuple[int, ...] = ()
-
-  def __post_init__(self):
-    if self.method not in CLIP_METHODS:
-      raise ValueError(f"Unknown clipping method {self.method!r}; expected one of "
-                       f"{CLIP_METHODS}.")
-    if self.candidates < 0:
-      raise ValueError(f"candidates must be >= 0, got {self.candidates}.")
-    # Combinations that would silently do nothing are refused.
-    if self.method == "difference" and self.omega:
-      raise ValueError("omega (the public prior) has no effect with clip='difference', whose "
-                       "utility already adds the public row's log-probabilities; set omega=0.")
-    if self.candidate_ids and not self.candidates:
-      raise ValueError("candidate_ids (candidate_terms) restrict only the candidate set of "
-                       "candidates > 0; set generation.candidates too, or drop the terms.")
-
-  @property
-  def needs_public_row(self) -> bool:
-    return bool(self.omega) or self.method == "difference" or self.candidates > 0
-
-  def __call__(self, key, logits, aux):
-    doc_mask, public_mask = aux
-    # The public row's logits [V], only when an option reads them (a [B, V] reduction per step).
-    public = (privacy.finite_or_infinite(
-        jnp.sum(jnp.where(public_mask[:, None], logits, 0.0), axis=0))
-              if self.needs_public_row else None)
-    if self.method == "difference":
-      utility = (jax.nn.log_softmax(public) +
-                 privacy.difference_clipped_sum(logits, doc_mask, public, self.c))
-    else:
-      utility = privacy.clipped_logit_sum(logits, doc_mask, self.c, method=self.method,
-                                          alpha=self.alpha)
-      if self.omega:
-        # Shifted by its maximum (the same softmax), so a huge public logit cannot overflow.
-        top = jnp.max(public)
-        utility = utility + self.omega * jnp.where(jnp.isfinite(top), public - top, 0.0)
-    vocab_mask = None
-    if self.candidates:
-      _, top = jax.lax.top_k(public, self.candidates)
-      vocab_mask = jnp.zeros(logits.shape[-1], bool).at[top].set(True)
-      if self.candidate_ids:
-        vocab_mask = vocab_mask.at[jnp.asarray(self.candidate_ids, jnp.int32)].set(True)
-    token = privacy.sample_token(key, utility, self.tau, vocab_mask=vocab_mask)
-    return jnp.broadcast_to(token, logits.shape[:1]).astype(jnp.int32)
 
 
 PREFILL_CHUNK = ROW_BUCKET  # rows per prefill call
@@ -238,35 +168,31 @@ class PrivatePredictor:
                prompt: str = REPHRASE_PROMPT, devices: Sequence[jax.Device] | None = None):
     if T < 1:
       raise ValueError(f"T must be >= 1, got {T}.")
-    if "{d}" not in prompt:
-      raise ValueError("The prompt template needs a {d} slot for the document.")
-    self.lm = lm
-    self.T = T
-    self.prompt = prompt
-    self.selector = PrivateTokenSelector(
+    selector = PrivateTokenSelector(
         c=float(c), tau=float(tau), method=method, alpha=float(alpha), omega=float(omega),
         candidates=int(candidates), candidate_ids=tuple(sorted({int(i) for i in candidate_ids})))
-    if any(not 0 <= i < lm.config.vocab_size for i in self.selector.candidate_ids):
+    if any(not 0 <= i < lm.config.vocab_size for i in selector.candidate_ids):
       raise ValueError("candidate_ids must be token ids of the model's vocabulary.")
-    self.mesh = Mesh(np.asarray(devices or jax.local_devices()), ("clusters",))
-    replicated = NamedSharding(self.mesh, PartitionSpec())
-    self._params = jax.device_put(lm.params, replicated)
-    self.prefix = self._shared_prefix()
-    self._prefix_kv = jax.device_put(self._prefix_cache(), replicated)
+    mesh = Mesh(np.asarray(devices or jax.local_devices()), ("clusters",))
+    params = jax.device_put(lm.params, NamedSharding(mesh, PartitionSpec()))
+    self._assemble(lm, selector, T, prompt, mesh, params)
 
-  def with_prompt(self, prompt: str) -> "PrivatePredictor":
-    """The same mechanism and devices with another prompt template (DP-RAG: one per question).
-
-    Shares the replicated parameters; only the shared prefix is recomputed.
-    """
+  def _assemble(self, lm, selector: PrivateTokenSelector, T: int, prompt: str, mesh: Mesh,
+                params) -> None:
+    """Sets every field; the prompt's shared prefix is prefilled here."""
     if "{d}" not in prompt:
       raise ValueError("The prompt template needs a {d} slot for the document.")
-    other = copy.copy(self)
-    other.prompt = prompt
-    other.__dict__.pop("_public_suffix_tokens", None)
-    other.prefix = other._shared_prefix()
-    replicated = NamedSharding(self.mesh, PartitionSpec())
-    other._prefix_kv = jax.device_put(other._prefix_cache(), replicated)
+    self.lm, self.selector, self.T, self.prompt, self.mesh = lm, selector, T, prompt, mesh
+    self._params = params   # replicated over the mesh
+    self.prefix = self._shared_prefix()
+    self._prefix_kv = jax.device_put(self._prefix_cache(), NamedSharding(mesh, PartitionSpec()))
+    self._public_suffix_tokens = None   # the prompt with no document, tokenised on first use
+
+  def with_prompt(self, prompt: str) -> "PrivatePredictor":
+    """The same mechanism, devices and replicated parameters with another prompt template
+    (DP-RAG: one per question); only the shared prefix is prefilled again."""
+    other = PrivatePredictor.__new__(PrivatePredictor)
+    other._assemble(self.lm, self.selector, self.T, prompt, self.mesh, self._params)
     return other
 
   @property
@@ -332,12 +258,13 @@ class PrivatePredictor:
     rows = max(ROW_BUCKET, -(-len(all_rows) // ROW_BUCKET) * ROW_BUCKET)
     return rows, bucket_length(max((len(s) for s in all_rows), default=1))
 
-  @functools.cached_property
-  def _public_suffix_tokens(self) -> list[int]:
-    return self.suffixes([""])[0] or [self.lm.pad_id]
-
   def _public_suffix(self):
-    return self._public_suffix_tokens if self.selector.needs_public_row else None
+    """The public row's suffix (the prompt with no document) when the selector reads it."""
+    if not self.selector.needs_public_row:
+      return None
+    if self._public_suffix_tokens is None:
+      self._public_suffix_tokens = self.suffixes([""])[0] or [self.lm.pad_id]
+    return self._public_suffix_tokens
 
   def _static(self, length: int) -> _Static:
     return _Static(cfg=self.lm.config, dtype=self.lm.dtype,
