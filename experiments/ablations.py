@@ -22,9 +22,9 @@ from typing import Sequence
 from absl import logging
 import numpy as np
 
+from dpsynrag_jax import evaluation
 from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments import cli
-from experiments import evaluate
 
 VARIANTS = ("full", "no_rerank", "no_self_filter", "self_filter", "hard", "synonyms", "rdp",
             "public_prior", "difference", "candidates")
@@ -73,7 +73,7 @@ def _switch(c, variant: str) -> None:
 
 def budgets(config) -> list[float]:
   """config.epsilons (comma-separated), or config.epsilon when that is empty."""
-  return [float(e) for e in evaluate.split_list(config.get("epsilons", "") or
+  return [float(e) for e in evaluation.split_list(config.get("epsilons", "") or
                                                 str(config.epsilon))]
 
 
@@ -116,25 +116,25 @@ def run(config, workdir: str) -> list[dict]:
   path = os.path.join(workdir, f"{report}.jsonl")
   history = {r["settings"]: r for r in wd_lib.read_jsonl(path) if "settings" in r}
   rows = []   # this config's rows
-  lm, encoder = evaluate.load_models(config)
-  for dataset in evaluate.split_list(config.datasets):
-    task = evaluate.load_eval_task(config, dataset)
-    for seed in [int(s) for s in evaluate.split_list(config.seeds)]:
+  lm, encoder = evaluation.load_models(config)
+  for dataset in evaluation.split_list(config.datasets):
+    task = evaluation.load_eval_task(config, dataset)
+    for seed in [int(s) for s in evaluation.split_list(config.seeds)]:
       for eps in budgets(config):
-        for variant in evaluate.split_list(config.variants):
-          base = evaluate.synrag_config(config, task, seed)
+        for variant in evaluation.split_list(config.variants):
+          base = evaluation.synrag_config(config, task, seed)
           base.privacy.epsilon = eps
           synrag = variant_config(base, variant)
-          key = evaluate.settings_digest({
-              "variant": variant, **evaluate.method_settings(
+          key = evaluation.settings_digest({
+              "variant": variant, **evaluation.method_settings(
                   "dp_synrag", config, task, seed, len(task.test), synrag=synrag)})
           if key in history:
             rows.append(history[key])
             continue
           logging.info("Variant %s at eps %g on %s, seed %d.", variant, eps, dataset, seed)
-          method = evaluate.make_method("dp_synrag", config, task, lm, encoder, seed, workdir,
+          method = evaluation.make_method("dp_synrag", config, task, lm, encoder, seed, workdir,
                                         len(task.test), synrag=synrag)
-          result = evaluate.evaluate_method(method, task, task.test)
+          result = evaluation.evaluate_method(method, task, task.test)
           row = {"dataset": dataset, "variant": variant, "epsilon_total": eps, "seed": seed,
                  "settings": key, "build": os.path.relpath(method.workdir, workdir),
                  "synthetic_texts": len(method.synthetic_texts),

@@ -39,6 +39,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from dpsynrag_jax import evaluation
 from dpsynrag_jax import digests
 from dpsynrag_jax.data.tasks import Task, load_task
 from dpsynrag_jax.rag import index as rag_index
@@ -159,10 +160,10 @@ def run(config, workdir: str) -> list[dict]:
   synrag_only.unlock()
   synrag_only.methods = "dp_synrag"
   rows = evaluate.run(synrag_only, workdir, tables=False)   # builds and answers, or reuses
-  lm, encoder = evaluate.load_models(config)
+  lm, encoder = evaluation.load_models(config)
   out = []
   for row in rows:
-    task = evaluate.load_eval_task(config, row["dataset"])
+    task = evaluation.load_eval_task(config, row["dataset"])
     build_dir = os.path.join(workdir, row["build"])
     funnel = build_funnel(build_dir, task, encoder, lm.decode, row["per_question"])
     funnel.update({"dataset": row["dataset"], "seed": row["seed"]})

@@ -23,16 +23,16 @@ from absl import logging
 import numpy as np
 
 from dpsynrag_jax import baselines
+from dpsynrag_jax import evaluation
 from dpsynrag_jax.rag import metrics
 from dpsynrag_jax.synrag import workdir as wd_lib
-from experiments import evaluate
 from experiments import cli
 from experiments import reporting
 
 
 
 def _numbers(text: str, kind=float) -> list:
-  return [kind(v) for v in evaluate.split_list(text)]
+  return [kind(v) for v in evaluation.split_list(text)]
 
 
 def dp_rag_sessions(config, task, lm, encoder, embeddings: np.ndarray, questions,
@@ -68,15 +68,15 @@ def points(config, workdir: str) -> list[dict]:
   counts = _numbers(config.query_counts, int)
   if not counts or min(counts) < 1:
     raise ValueError(f"query_counts must be positive integers, got {config.query_counts!r}.")
-  lm, encoder = evaluate.load_models(config)
-  dataset = evaluate.split_list(config.datasets)[0]
-  task = evaluate.load_eval_task(config, dataset)
+  lm, encoder = evaluation.load_models(config)
+  dataset = evaluation.split_list(config.datasets)[0]
+  task = evaluation.load_eval_task(config, dataset)
   questions = task.test[:config.num_questions]
   embeddings = None
 
   def settings(name, eps, n, seed, synrag=None):
-    shared = evaluate.method_settings(name, config, task, seed, len(questions), synrag=synrag)
-    return evaluate.settings_digest({**shared, "epsilon_total": eps, "queries": n,
+    shared = evaluation.method_settings(name, config, task, seed, len(questions), synrag=synrag)
+    return evaluation.settings_digest({**shared, "epsilon_total": eps, "queries": n,
                                      "questions": len(questions)})
 
   def cached(key):
@@ -100,13 +100,13 @@ def points(config, workdir: str) -> list[dict]:
     for label, name, eps in flat:
       synrag = None
       if name == "dp_synrag":
-        synrag = evaluate.synrag_config(config, task, seed)
+        synrag = evaluation.synrag_config(config, task, seed)
         synrag.privacy.epsilon = eps
       key = settings(name, eps, None, seed, synrag)
       if cached(key):
         continue
       start = time.time()
-      method = evaluate.make_method(name, config, task, lm, encoder, seed, workdir,
+      method = evaluation.make_method(name, config, task, lm, encoder, seed, workdir,
                                     len(questions), synrag=synrag)
       method.build()
       out = method.answer([q.text for q in questions])

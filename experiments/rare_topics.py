@@ -22,6 +22,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from dpsynrag_jax import evaluation
 from dpsynrag_jax.data.tasks import Task
 from experiments import evaluate
 from experiments import cli
@@ -146,7 +147,7 @@ def run(config, workdir: str, edges: Sequence[int]) -> list[dict]:
   rows = evaluate.run(config, workdir)
   supports = {}
   for dataset in {r["dataset"] for r in rows}:
-    task = evaluate.load_eval_task(config, dataset)
+    task = evaluation.load_eval_task(config, dataset)
     supports[dataset] = support(task, [q.answers for q in task.test])
   cells = by_bucket(rows, supports, edges)
   labels = bucket_labels(edges)

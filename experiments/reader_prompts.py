@@ -19,12 +19,12 @@ from absl import app
 from absl import flags
 
 from dpsynrag_jax import baselines
+from dpsynrag_jax import evaluation
 from dpsynrag_jax.data.tasks import load_task
 from dpsynrag_jax.rag import answer as rag_answer
 from dpsynrag_jax.rag import metrics
 from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments import cli
-from experiments import evaluate
 
 
 def define_flags() -> None:
@@ -49,9 +49,9 @@ def run(config, workdir: str, styles, num_questions: int) -> list[dict]:
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, "reader_prompts.jsonl")
   done = {(r["dataset"], r["style"], r["questions"]): r for r in wd_lib.read_jsonl(path)}
-  lm, encoder = evaluate.load_models(config)
+  lm, encoder = evaluation.load_models(config)
   rows = []
-  for dataset in evaluate.split_list(config.datasets):
+  for dataset in evaluation.split_list(config.datasets):
     task = load_task(dataset, path=config.paths.get(dataset, ""),
                      num_documents=config.num_documents, num_validation=num_questions,
                      num_test=0, seed=0)

@@ -17,7 +17,6 @@ writes them to WORKDIR/private/sampling_support.json, never next to the release.
 from __future__ import annotations
 
 import json
-import os
 
 from absl import app
 from absl import flags

@@ -1,6 +1,9 @@
 """Our Flax decoder against transformers (PyTorch) on tiny random checkpoints of each family."""
 
+import functools
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -51,6 +54,18 @@ def _save_tiny(arch: str, folder, seed=0, dtype=torch.float32, **save_kwargs):
   return model
 
 
+@functools.partial(jax.jit, static_argnames=("cfg", "dtype"))
+def _one_token(params, cfg, dtype, cache, tokens):
+  """tokens [B] after the cache -> (logits [B, V], cache): inference.extend with one new token
+  per row, the step the layer-scan decode loop runs."""
+  return inference.extend(params, cfg, dtype, cache, tokens[:, None],
+                          jnp.ones(tokens.shape, jnp.int32))
+
+
+def _decode_step(lm, tokens, cache):
+  return _one_token(lm.params, lm.config, lm.dtype, cache, jnp.asarray(tokens, jnp.int32))
+
+
 def _ids(rng, batch, length, vocab=211):
   return rng.integers(3, vocab, size=(batch, length)).astype(np.int32)
 
@@ -90,7 +105,7 @@ def test_prefill_then_decode_equals_full_forward(tiny):
   for step in range(continuation.shape[1]):
     tokens = np.zeros((cache.batch_size,), np.int32)
     tokens[:3] = continuation[:, step]
-    logits, cache = lm.decode_step(tokens, cache)
+    logits, cache = _decode_step(lm, tokens, cache)
     for row, p in enumerate(prompts):
       seq = p + continuation[row, :step + 1].tolist()
       full = lm.logits([seq])[0, -1]
@@ -145,7 +160,7 @@ def test_garbage_in_padding_never_reaches_a_real_row(tiny):
     for step in range(continuation.shape[1]):
       tokens = np.full((cache.batch_size,), model.pad_id, np.int32)
       tokens[:3] = continuation[:, step]
-      logits, cache = model.decode_step(tokens, cache)
+      logits, cache = _decode_step(model, tokens, cache)
       out.append(np.asarray(logits[:3]))
     return out
 

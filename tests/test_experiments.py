@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from dpsynrag_jax import evaluation
 from experiments import ablations
 from experiments import evaluate
 from experiments import leakage
@@ -91,7 +92,7 @@ def test_leakage_reports_benign_and_attack_counts_for_every_method(eval_dir):
   text = open(os.path.join(workdir, "leakage.md")).read()
   assert "| medical | DP-SynRAG |" in text
   # Counts only: no private name appears in the report.
-  task = evaluate.load_eval_task(config, "medical")
+  task = evaluation.load_eval_task(config, "medical")
   assert not any(name in text for name in task.private_names)
 
 
@@ -181,7 +182,7 @@ def test_dp_rag_sessions_charge_each_session_its_whole_budget(monkeypatch):
 
   config = qva_config.get_config("tiny")
   monkeypatch.setattr(baselines, "DPRAG", Recorder)
-  task = evaluate.load_eval_task(config, "medical")
+  task = evaluation.load_eval_task(config, "medical")
   out = queries_vs_accuracy.dp_rag_sessions(config, task, None, None, None, task.test[:5],
                                             eps_total=3.0, n=2, seed=0)
   assert len(out.answers) == 5
@@ -206,8 +207,8 @@ def funnel_headline_in(text: str) -> bool:
 
 def test_dp_synrag_fields_the_evaluation_fills_cannot_be_set_silently():
   config = evaluate_config.get_config("tiny")
-  task = evaluate.load_eval_task(config, "medical")
-  assert evaluate.synrag_config(config, task, 0).privacy.epsilon == config.epsilon
+  task = evaluation.load_eval_task(config, "medical")
+  assert evaluation.synrag_config(config, task, 0).privacy.epsilon == config.epsilon
   for dotted, value, source in [("privacy.epsilon", 3.0, "epsilon"), ("seed", 4, "seeds"),
                                 ("data.num_documents", 10, "num_documents"),
                                 ("self_filter.enabled", True, "self_filter")]:
@@ -219,11 +220,10 @@ def test_dp_synrag_fields_the_evaluation_fills_cannot_be_set_silently():
     node[name] = value   # what --config.dp_synrag.<dotted>=<value> does
     with pytest.raises(ValueError, match=rf"dp_synrag.{dotted} is set by the evaluation from "
                                          rf"{source}"):
-      evaluate.synrag_config(bad, task, 0)
+      evaluation.synrag_config(bad, task, 0)
 
 
 def test_the_epsilon_sweep_moves_dp_rag_too():
-  from launch import grid  # pylint: disable=g-import-not-at-top,unused-import
   budgets = []
   for point in evaluate_config.get_sweep("epsilon"):
     config = evaluate_config.get_config("tiny")
@@ -233,7 +233,7 @@ def test_the_epsilon_sweep_moves_dp_rag_too():
       for p in parents:
         node = node[p]
       node[name] = value
-    budgets.append((config.epsilon, evaluate.dp_rag_budget(config, 10)))
+    budgets.append((config.epsilon, evaluation.dp_rag_budget(config, 10)))
   assert [b for _, b in budgets] == [10 * e for e, _ in budgets]
   assert len({b for _, b in budgets}) == 4
 
@@ -269,11 +269,11 @@ def test_rows_and_builds_are_keyed_by_their_settings(tmp_path):
   assert len(json.load(open(tmp_path / "results.json"))["rows"]) == 1
   assert evaluate.run(config, str(tmp_path))[0]["settings"] == second[0]["settings"]
   assert len(open(tmp_path / "results.jsonl").read().splitlines()) == 2   # reused
-  task = evaluate.load_eval_task(config, "medical")
-  at10 = evaluate.synrag_config(config, task, 0)
-  at3 = evaluate.synrag_config(config, task, 0)
+  task = evaluation.load_eval_task(config, "medical")
+  at10 = evaluation.synrag_config(config, task, 0)
+  at3 = evaluation.synrag_config(config, task, 0)
   at3.privacy.epsilon = 3.0
-  assert (evaluate.synrag_build_dir("w", at10) != evaluate.synrag_build_dir("w", at3))
+  assert (evaluation.synrag_build_dir("w", at10) != evaluation.synrag_build_dir("w", at3))
   # An option added later, at its off value, names the same build as a config without it.
   older = at10.to_dict()
   del older["generation"]["candidates"], older["generation"]["candidate_terms"]
@@ -286,7 +286,7 @@ def test_dp_rag_takes_questions_with_braces(tmp_path):
   from dpsynrag_jax.models import load_encoder, load_lm  # pylint: disable=g-import-not-at-top
   assert "{x} and {{y}}" in dp_rag.answer_template("{x} and {{y}}").format(d="doc")
   config = evaluate_config.get_config("tiny")
-  task = evaluate.load_eval_task(config, "medical")
+  task = evaluation.load_eval_task(config, "medical")
   method = DPRAG(load_lm("tiny-random"), load_encoder("all-minilm-l6-v2"), task,
                  epsilon_total=10.0, num_queries=1, k=4, T=2)
   method.build()

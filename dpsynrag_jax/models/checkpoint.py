@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterator, Mapping
+from typing import Mapping
 
 import ml_dtypes
 import numpy as np

@@ -45,14 +45,6 @@ def prefill(params, cfg, dtype, cache, tokens, new_lengths):
   return extend(params, cfg, dtype, cache, tokens, new_lengths)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "dtype"), donate_argnames=("cache",))
-def decode_step(params, cfg, dtype, cache, tokens):
-  """Jitted one-token step: tokens [B] -> (next logits [B, V], cache)."""
-  TRACE_COUNTS["decode_step"] += 1
-  ones = jnp.ones(tokens.shape, jnp.int32)
-  return extend(params, cfg, dtype, cache, tokens[:, None], ones)
-
-
 @functools.partial(jax.jit, static_argnames=("cfg", "dtype"))
 def full_logits(params, cfg, dtype, tokens, lengths=None):
   """Logits at every position [B, S, V] float32 of a plain causal forward (no cache).

@@ -153,11 +153,6 @@ class LanguageModel:
     return inference.prefill(self.params, self.config, self.dtype, cache, jnp.asarray(tokens),
                              jnp.asarray(new_lengths))
 
-  def decode_step(self, tokens, cache):
-    """One token per row [B] after the cache -> (logits [B, V], cache)."""
-    return inference.decode_step(self.params, self.config, self.dtype, cache,
-                                 jnp.asarray(tokens, jnp.int32))
-
   def next_token_logits(self, prompts: Sequence[str], chat: bool = True,
                         batch_size: int = 32) -> np.ndarray:
     """Logits of the token after each prompt [N, V] float32 (chat template unless chat=False)."""

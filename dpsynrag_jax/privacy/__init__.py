@@ -22,13 +22,10 @@ from dpsynrag_jax.privacy.accounting import rdp_rho
 from dpsynrag_jax.privacy.accounting import run_dp_event
 from dpsynrag_jax.privacy.accounting import theorem1_rho
 from dpsynrag_jax.privacy.accounting import zcdp_to_eps
-from dpsynrag_jax.privacy.clipping import assert_finite_logits
-from dpsynrag_jax.privacy.clipping import check_finite_logits
 from dpsynrag_jax.privacy.clipping import clip_logits
 from dpsynrag_jax.privacy.clipping import clip_logits_clamp
 from dpsynrag_jax.privacy.clipping import clip_logits_grislain
 from dpsynrag_jax.privacy.clipping import clipped_logit_sum
-from dpsynrag_jax.privacy.clipping import clipped_logit_sum_checked
 from dpsynrag_jax.privacy.clipping import clipped_logit_sum_sensitivity
 from dpsynrag_jax.privacy.clipping import difference_clipped_sum
 from dpsynrag_jax.privacy.clipping import finite_or_infinite
@@ -39,7 +36,6 @@ from dpsynrag_jax.privacy.ledger import Entry
 from dpsynrag_jax.privacy.ledger import make_entry
 from dpsynrag_jax.privacy.ledger import PrivacyLedger
 from dpsynrag_jax.privacy.ledger import ResumableLedger
-from dpsynrag_jax.privacy.mechanisms import exponential_mechanism
 from dpsynrag_jax.privacy.mechanisms import exponential_rho
 from dpsynrag_jax.privacy.mechanisms import gaussian_mechanism
 from dpsynrag_jax.privacy.mechanisms import gaussian_rho

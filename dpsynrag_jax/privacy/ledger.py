@@ -258,9 +258,6 @@ class PrivacyLedger:
     return self._epsilon_of(accountant, self._global_rho, self._global_rdp, self._cluster_rho,
                             self._cluster_rdp)
 
-  def remaining_epsilon(self) -> float:
-    return max(0.0, self.epsilon - self.spent_epsilon())
-
   def dp_event(self) -> dp_accounting.DpEvent:
     """The worst-case document's DpEvent: global entries and the L most expensive clusters.
 

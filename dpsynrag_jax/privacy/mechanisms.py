@@ -1,11 +1,12 @@
-"""DP mechanisms in JAX: Gaussian noise, the exponential mechanism, the threshold mechanism, tokens.
+"""DP mechanisms in JAX: Gaussian noise, the threshold mechanism, the token mechanism's draw.
 
 Axis letters: N candidates (or scores), V vocabulary, D embedding width.
 
 All functions are jit-able and take an explicit PRNG key. Neighbouring is add/remove one
 document throughout. A mechanism's privacy depends on the sensitivity of what it is fed; each
-query in `queries.py` states its own, the exponential mechanisms here take theirs as an argument,
-and the `*_rho` / `*_epsilon` helpers turn (sensitivity, parameter) into the cost.
+query in `queries.py` states its own, and the `*_rho` / `*_epsilon` helpers (privacy.costs)
+turn (sensitivity, parameter) into the cost. Both exponential mechanisms (threshold, token)
+are Gumbel-max draws.
 """
 
 from __future__ import annotations
@@ -56,37 +57,8 @@ def gaussian_mechanism(key: jax.Array, value: jax.Array, sigma) -> jax.Array:
 
 
 gaussian_rho = costs.gaussian_rho   # zCDP cost of `gaussian_mechanism`
-
-
-# Exponential mechanism over a finite set (Gumbel-max).
-
-
-def exponential_mechanism(key: jax.Array, utilities: jax.Array, epsilon,
-                          sensitivity) -> jax.Array:
-  """Samples an index with probability proportional to exp(epsilon u / (2 sensitivity)).
-
-  Gumbel-max: argmax(epsilon u / (2 sensitivity) + Gumbel noise) has exactly that law, needs
-  no normalisation and stays in log space, so large utilities do not overflow.
-
-  Privacy: epsilon-DP when every utility changes by at most `sensitivity` between neighbours;
-  also epsilon^2/8-zCDP (bounded range, Cesar & Rogers 2021) (`exponential_rho`).
-
-  Args:
-    key: PRNG key.
-    utilities: [..., N] float; -inf marks a candidate that can never be chosen (must be a
-      public, data-independent exclusion).
-    epsilon: privacy parameter, > 0.
-    sensitivity: bound on |u(D) - u(D')| per candidate, > 0.
-
-  Returns:
-    [...] int32 indices into the last axis.
-  """
-  utilities = jnp.asarray(utilities, jnp.float32)
-  scaled = utilities * (epsilon / (2.0 * sensitivity))
-  return jnp.argmax(scaled + gumbel(key, utilities.shape), axis=-1)
-
-
-exponential_rho = costs.exponential_rho   # zCDP cost of an epsilon-DP exponential mechanism
+# zCDP cost of an epsilon-DP (bounded-range) exponential mechanism: the threshold, the tokens.
+exponential_rho = costs.exponential_rho
 
 
 # Threshold mechanism of DP-SynRAG step 3.

@@ -41,5 +41,4 @@ def leaked_names(text: str, private_names: Sequence[str]) -> list[str]:
 
 def leakage(outputs: Sequence[str], private_names: Sequence[str]) -> int:
   """How many outputs contain at least one private full name."""
-  names = [n.lower() for n in private_names if n]
-  return sum(any(n in o.lower() for n in names) for o in outputs)
+  return sum(bool(leaked_names(o, private_names)) for o in outputs)

@@ -12,8 +12,6 @@ Axis letters: M members (padded to a bucket), D embedding width.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -24,44 +24,14 @@ Sweeps (get_sweep; python -m launch.sweep --config=experiments/configs/evaluate.
 """
 
 import ml_collections
-from ml_collections import config_dict
 
+from dpsynrag_jax.evaluation import leave_to_evaluation
 from experiments.configs import medical_synth
 from launch import grid
 
 APP = "experiments.evaluate"   # what launch.sweep runs with this config
 PAPER_MODELS = ("phi-4-mini-instruct", "gemma-2-2b-it", "llama-3.1-8b-instruct")
 ARGS = ("tiny", "cpu", "paper_cpu", "paper")
-
-# Fields of the DP-SynRAG pipeline config that the evaluation fills in per run, and the
-# evaluation field each comes from. They are placeholders (None) in `dp_synrag`: a user who
-# sets one there gets an error naming the field to set instead, not a silently ignored flag.
-OWNED_BY_EVALUATION = {
-    "seed": "seeds",
-    "data.name": "datasets",
-    "data.path": "paths.<dataset>",
-    "data.num_documents": "num_documents",
-    "data.split_seed": "(the evaluation's split, seed 0)",
-    "model.lm": "model.lm",
-    "model.encoder": "model.encoder",
-    "model.dtype": "model.dtype",
-    "privacy.epsilon": "epsilon",
-    "privacy.delta": "delta",
-    "self_filter.enabled": "self_filter",
-    "self_filter.prompt": "(the dataset's filter prompt)",
-}
-
-
-def leave_to_evaluation(pipeline_config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """pipeline_config with every OWNED_BY_EVALUATION field a typed placeholder (None)."""
-  for dotted in OWNED_BY_EVALUATION:
-    *parents, name = dotted.split(".")
-    node = pipeline_config
-    for parent in parents:
-      node = node[parent]
-    node[name] = config_dict.placeholder(type(node[name]))
-  return pipeline_config
-
 
 def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
   if arg not in ARGS:

@@ -1,0 +1,232 @@
+"""The evaluation harness: methods built from an evaluation config, scored on a task.
+
+An evaluation config (experiments/configs/evaluate.py) names methods, datasets and seeds; this
+module turns one (method, task, seed) into a `baselines.Method` (`make_method`), the
+DP-SynRAG pipeline config the evaluation derives for it (`synrag_config`) and the work dir of
+that build (`synrag_build_dir`: one per config digest, shared by every app in a work dir),
+the settings that decide a result row (`method_settings`, keyed by `settings_digest`), and the
+row itself (`evaluate_method`: accuracy, context recall, leakage, epsilon). The experiment apps
+(experiments/) parse flags, loop and write tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from typing import Sequence
+
+import ml_collections
+from ml_collections import config_dict
+
+from dpsynrag_jax import baselines
+from dpsynrag_jax.data.tasks import DATA_OF_TASK, Task, load_task
+from dpsynrag_jax.models import dtype_named, load_encoder, load_lm
+from dpsynrag_jax.rag import answer as rag_answer
+from dpsynrag_jax.rag import metrics
+from dpsynrag_jax.synrag import workdir as wd_lib
+
+# Fields of the DP-SynRAG pipeline config that the evaluation fills in per run, and the
+# evaluation field each comes from. They are placeholders (None) in `dp_synrag`: a user who
+# sets one there gets an error naming the field to set instead, not a silently ignored flag.
+OWNED_BY_EVALUATION = {
+    "seed": "seeds",
+    "data.name": "datasets",
+    "data.path": "paths.<dataset>",
+    "data.num_documents": "num_documents",
+    "data.split_seed": "(the evaluation's split, seed 0)",
+    "model.lm": "model.lm",
+    "model.encoder": "model.encoder",
+    "model.dtype": "model.dtype",
+    "privacy.epsilon": "epsilon",
+    "privacy.delta": "delta",
+    "self_filter.enabled": "self_filter",
+    "self_filter.prompt": "(the dataset's filter prompt)",
+}
+
+
+def leave_to_evaluation(pipeline_config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """pipeline_config with every OWNED_BY_EVALUATION field a typed placeholder (None)."""
+  for dotted in OWNED_BY_EVALUATION:
+    *parents, name = dotted.split(".")
+    node = pipeline_config
+    for parent in parents:
+      node = node[parent]
+    node[name] = config_dict.placeholder(type(node[name]))
+  return pipeline_config
+
+
+METHOD_NAMES = {"non_rag": "Non-RAG", "rag": "RAG", "dp_synrag": "DP-SynRAG",
+                "dp_synth": "DP-Synth", "dp_rag": "DP-RAG", "aug_pe": "Aug-PE"}
+
+
+def split_list(text: str) -> list[str]:
+  return [t.strip() for t in str(text).split(",") if t.strip()]
+
+
+def synrag_config(config, task: Task, seed: int):
+  """The pipeline config of one DP-SynRAG run: the eval's data, models, seed and budget.
+
+  Raises ValueError if one of those was set under dp_synrag (it would be ignored).
+  """
+  c = config.dp_synrag.copy_and_resolve_references()
+  c.unlock()
+  for dotted, source in OWNED_BY_EVALUATION.items():
+    value = c
+    for part in dotted.split("."):
+      value = value[part]
+    if value is not None:
+      raise ValueError(f"--config.dp_synrag.{dotted} is set by the evaluation from "
+                       f"{source}; set that instead.")
+  c.seed = seed
+  c.data.name = DATA_OF_TASK[task.name]
+  c.data.path = config.paths.get(task.name, "") if task.name != "medical" else ""
+  c.data.num_documents = len(task.documents)
+  c.data.split_seed = 0
+  c.model = config.model.copy_and_resolve_references()
+  c.privacy.epsilon = config.epsilon
+  c.privacy.delta = config.delta
+  c.self_filter.prompt = task.self_filter_prompt or "medical"
+  c.self_filter.enabled = bool(config.self_filter and task.self_filter_prompt)
+  return c
+
+
+def synrag_build_dir(workdir: str, synrag) -> str:
+  """Where the DP-SynRAG build of pipeline config `synrag` goes: one directory per config
+  digest, so apps sharing a work dir share builds of equal config and never overwrite one."""
+  name = f"{synrag.data.name}_seed{synrag.seed}_{wd_lib.config_digest(synrag.to_dict())}"
+  return os.path.join(workdir, "dp_synrag", name)
+
+
+def settings_digest(settings: dict) -> str:
+  text = json.dumps(settings, sort_keys=True, default=str)
+  return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def method_settings(name: str, config, task: Task, seed: int, num_queries: int,
+                    synrag=None) -> dict:
+  """Everything that decides a method's row: the key of results.jsonl (as settings_digest)."""
+  shared = {"method": name, "dataset": task.name, "seed": seed,
+            "documents": len(task.documents), "test": len(task.test),
+            "attacks": config.get("num_attacks", 0), "answer_tokens": config.answer_tokens,
+            "model": config.model.to_dict(), "path": config.paths.get(task.name, ""),
+            "reader": config.get("reader_prompt", "paper"), "attack_reader": "paper"}
+  if name == "dp_synrag":
+    build = synrag or synrag_config(config, task, seed)
+    return {**shared, "build": wd_lib.config_digest(build.to_dict()), "top_k": task.top_k}
+  if name == "dp_synth":
+    return {**shared, "epsilon": config.epsilon, "delta": config.delta,
+            "self_filter": bool(config.self_filter), **config.dp_synth.to_dict()}
+  if name == "dp_rag":
+    return {**shared, "delta": config.delta, "budget": dp_rag_budget(config, num_queries),
+            "queries": num_queries, **config.dp_rag.to_dict()}
+  if name == "aug_pe":
+    return {**shared, "epsilon": config.epsilon, "delta": config.delta,
+            **config.aug_pe.to_dict()}
+  return shared
+
+
+def dp_rag_budget(config, num_queries: int) -> float:
+  """DP-RAG's eps_total: per-query epsilon x questions (the paper's Table 1) or config.epsilon."""
+  per_query = config.dp_rag.get("epsilon_per_query", 0.0)
+  return per_query * num_queries if per_query > 0 else config.epsilon
+
+
+def make_method(name: str, config, task: Task, lm, encoder, seed: int, workdir: str,
+                num_queries: int, synrag=None) -> baselines.Method:
+  """The method `name` as configured; `synrag` overrides the DP-SynRAG pipeline config
+  (ablations, other budgets)."""
+  method = _make_method(name, config, task, lm, encoder, seed, workdir, num_queries, synrag)
+  if isinstance(method, baselines.RetrievalMethod):
+    method.reader = rag_answer.reader_prompt(config.get("reader_prompt", "paper"), task.name)
+  return method
+
+
+def _make_method(name, config, task, lm, encoder, seed, workdir, num_queries, synrag):
+  tokens = config.answer_tokens
+  if name == "non_rag":
+    return baselines.NonRAG(lm, max_new_tokens=tokens)
+  if name == "rag":
+    return baselines.RAG(lm, encoder, task, max_new_tokens=tokens)
+  if name == "dp_synrag":
+    synrag = synrag or synrag_config(config, task, seed)
+    return baselines.DPSynRAG(lm, encoder, synrag, synrag_build_dir(workdir, synrag),
+                              top_k=task.top_k, max_new_tokens=tokens)
+  if name == "dp_synth":
+    return baselines.DPSynth(lm, encoder, task, epsilon=config.epsilon, delta=config.delta,
+                             T=config.dp_synth.T, num_batches=config.dp_synth.num_batches,
+                             seed=seed, max_new_tokens=tokens,
+                             self_filter_enabled=bool(config.self_filter and
+                                                      task.self_filter_prompt))
+  if name == "dp_rag":
+    r = config.dp_rag
+    return baselines.DPRAG(lm, encoder, task, epsilon_total=dp_rag_budget(config, num_queries),
+                           num_queries=num_queries, delta=config.delta, k=r.k, T=r.T,
+                           omega=r.omega, retrieval_share=r.retrieval_share, seed=seed)
+  if name == "aug_pe":
+    return baselines.AugPE(lm, encoder, task, epsilon=config.epsilon, delta=config.delta,
+                           population=config.aug_pe.population,
+                           iterations=config.aug_pe.iterations, seed=seed,
+                           answer_tokens=tokens)
+  raise ValueError(f"Unknown method {name!r}; expected one of {sorted(METHOD_NAMES)}.")
+
+
+def evaluate_method(method: baselines.Method, task: Task, queries,
+                    attacks: Sequence[str] = ()) -> dict:
+  """Builds, answers and scores one method; the row of the results table.
+
+  `attacks` are extraction questions asked after the benign ones; only their leakage counts.
+  """
+  start = time.time()
+  method.build()
+  built = time.time()
+  out = method.answer([q.text for q in queries])
+  attack_answers = []
+  if attacks:
+    # Extraction questions go through the generic reader prompt: a task prompt that asks for a
+    # disease would hide what the texts let a reader print (a defence by prompt, not privacy).
+    reader = getattr(method, "reader", None)
+    if reader is not None:
+      method.reader = rag_answer.reader_prompt("paper")
+    attack_answers = method.answer(list(attacks)).answers
+    if reader is not None:
+      method.reader = reader
+  golds = [q.answers for q in queries]
+  per_question = {  # for analyses by question (rare topics); gold answers are public test data
+      "gold": [list(g) for g in golds],
+      "correct": [int(task.matches(a, g)) for a, g in zip(out.answers, golds)],
+      "recalled": ([int(any(task.matches(c, g) for c in ctx))
+                    for ctx, g in zip(out.contexts, golds)] if method.retrieves else None),
+  }
+  return {
+      "accuracy": metrics.accuracy(out.answers, golds, task.matches),
+      "context_recall": (metrics.context_recall(out.contexts, golds, task.matches)
+                         if method.retrieves else None),
+      "leakage": metrics.leakage(out.answers, task.private_names),
+      "attacks": len(attacks),
+      "attack_leakage": metrics.leakage(attack_answers, task.private_names),
+      "epsilon": method.epsilon,
+      "questions": len(queries),
+      "seconds_build": round(built - start, 1),
+      "seconds_answer": round(time.time() - built, 1),
+      "examples": [{"question": q.text, "gold": list(q.answers), "answer": a}
+                   for q, a in list(zip(queries, out.answers))[:3]],
+      "attack_examples": [{"question": q, "answer": a}
+                          for q, a in list(zip(attacks, attack_answers))[:3]],
+      "per_question": per_question,
+  }
+
+
+def load_models(config):
+  """(lm, encoder) of an evaluation config."""
+  return (load_lm(config.model.lm, dtype=dtype_named(config.model.dtype)),
+          load_encoder(config.model.encoder))
+
+
+def load_eval_task(config, dataset: str) -> Task:
+  return load_task(dataset, path=config.paths.get(dataset, ""),
+                   num_documents=config.num_documents, num_validation=0,
+                   num_test=config.num_test, seed=0)
+
+
