@@ -8,9 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from dpsynrag_jax.data import fixtures, movielens
-from dpsynrag_jax.data.movielens import (MovieLensError, answer_names_any, display_title,
-                                         load_movielens, title_variants)
+from dpsynrag_jax.data import fixtures, movielens, movielens_files
+from dpsynrag_jax.data.matchers import answer_names_any, display_title, title_variants
+from dpsynrag_jax.data.movielens import MovieLensError, load_movielens
 
 
 @pytest.fixture(params=["ml-100k", "ml-1m"])
@@ -96,7 +96,7 @@ def _genre_phrase(fx, favourite_titles):
   for title in favourite_titles:
     for g in genres[title]:
       counts[g] = counts.get(g, 0) + 1
-  top = sorted(counts, key=lambda g: (-counts[g], movielens.GENRES.index(g)))[:3]
+  top = sorted(counts, key=lambda g: (-counts[g], movielens_files.GENRES.index(g)))[:3]
   top = [g.lower() for g in top]
   return top[0] if len(top) == 1 else f"{', '.join(top[:-1])} and {top[-1]}"
 
@@ -129,7 +129,7 @@ def test_ml1m_ages_and_occupations(tmp_path):
   for uid, doc in zip(data.doc_user_ids, data.documents):
     _, code, _, occ = _user(fx, uid)
     assert f" is {ages[code]} " in doc
-    assert movielens._OCCUPATIONS_1M[occ] in doc
+    assert movielens_files._OCCUPATIONS_1M[occ] in doc
     seen.add(code)
   assert 1 in seen and 18 in seen
 

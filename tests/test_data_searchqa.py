@@ -8,8 +8,9 @@ import os
 import pytest
 
 from dpsynrag_jax.data import fixtures
-from dpsynrag_jax.data.searchqa import (SearchQAError, answer_contains_any, gold_answers,
-                                        load_searchqa, snippet_document, split_snippets)
+from dpsynrag_jax.data.matchers import answer_contains_any
+from dpsynrag_jax.data.searchqa import (SearchQAError, gold_answers, load_searchqa,
+                                        snippet_document, split_snippets)
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ What is built (following the paper, with the rules it leaves open stated here):
 - Query: the same profile about "This user" instead of the name, the preference sentence, then
   "What movie is recommended for this user? Answer with movies released in the 20th century."
   The gold answers are that user's favourites; an answer counts if it names any of them
-  (`answer_names_any`).
+  (`matchers.answer_names_any`).
 
 Split: the kept users, by increasing id, are permuted once with
 `numpy.random.default_rng(seed).permutation`; position p of the permutation goes to the validation
@@ -52,49 +52,21 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import unicodedata
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from dpsynrag_jax.data.counts import check_count
+from dpsynrag_jax.data.matchers import display_title
+from dpsynrag_jax.data.movielens_files import (GENRES, LAYOUT_FILES, Movie, MovieLensError,
+                                               User, detect_layout, read_movies, read_ratings,
+                                               read_users)
 
 QUESTION_SUFFIX = ("What movie is recommended for this user? "
                    "Answer with movies released in the 20th century.")
 
 # Positions p % POOL_PERIOD of the permuted users: 0 -> validation, 1 -> test, others database.
 POOL_PERIOD = 10
-
-# The genre flags of u.item in file order (u.genre lists the same); ml-1m names 18 of them.
-GENRES = ("unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime",
-          "Documentary", "Drama", "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery",
-          "Romance", "Sci-Fi", "Thriller", "War", "Western")
-
-LAYOUT_FILES = {
-    "ml-100k": ("u.data", "u.user", "u.item"),
-    "ml-1m": ("ratings.dat", "users.dat", "movies.dat"),
-}
-
-# ml-100k occupations that do not read as a noun after "a 30-year-old male".
-_OCCUPATIONS_100K = {
-    "entertainment": "entertainment worker",
-    "healthcare": "healthcare worker",
-    "marketing": "marketing professional",
-    "none": "person with no occupation",
-    "other": "person with an unlisted occupation",
-    "retired": "retiree",
-}
-
-# ml-1m occupation codes (its README), as noun phrases; 4 follows the paper's "college student".
-_OCCUPATIONS_1M = (
-    "person with an unlisted occupation", "educator", "artist", "clerical worker",
-    "college student", "customer service worker", "healthcare worker", "executive", "farmer",
-    "homemaker", "school student", "lawyer", "programmer", "retiree", "salesperson", "scientist",
-    "self-employed worker", "engineer", "tradesperson", "unemployed person", "writer")
-
-# ml-1m age codes: the lower end of each bucket, except "Under 18".
-_AGES_1M = {1: "teenage", 18: "18-year-old", 25: "25-year-old", 35: "35-year-old",
-            45: "45-year-old", 50: "50-year-old", 56: "56-year-old"}
 
 # Invented names: common given names and surnames, combined at random; 70 x 100 = 7000 per gender
 # (ML-1M has 4331 men). Surnames that are also common English words are left out so that a name
@@ -135,23 +107,6 @@ _LAST = (
     "Zielinski", "Zorrilla")
 _NAME_SEED = 20251008
 
-# Articles that MovieLens moves to the end of a title ("Godfather, The", "Postino, Il").
-_ARTICLES = ("The", "A", "An", "Il", "La", "Le", "Les", "L'", "Das", "Der", "Die", "El", "Los",
-             "Las", "Det", "Den", "O")
-_YEAR = re.compile(r"\s*\((\d{4})\)\s*$")
-_TRAILING_PAREN = re.compile(r"^(.*\S)\s*\(([^()]+)\)$")
-_TRAILING_ARTICLE = re.compile(r"^(.*\S),\s*(" + "|".join(re.escape(a) for a in _ARTICLES)
-                               + r")$")
-# "Star Wars: Episode IV - A New Hope": series and subtitle.
-_EPISODE = re.compile(r"^(.+?):\s*Episode\s+[IVXLC]+\s+-\s+(.+)$")
-# A match followed by one of these names a sequel, not the favourite ("The Godfather Part II").
-_SEQUEL_MARKERS = frozenset({"part", "ii", "iii", "2", "3"})
-
-
-class MovieLensError(ValueError):
-  """The MovieLens folder is missing, of an unknown layout, or a file breaks its format."""
-
-
 @dataclasses.dataclass(frozen=True)
 class MovieQuery:
   """One question: `text` goes to the RAG system, `answers` (the user's favourites, display
@@ -183,165 +138,6 @@ class MovieLens:
   seed: int
 
 
-@dataclasses.dataclass(frozen=True)
-class _User:
-  user_id: int
-  age: str          # the "<n>-year-old" phrase
-  gender: str       # "M" or "F"
-  occupation: str   # noun phrase
-
-
-@dataclasses.dataclass(frozen=True)
-class _Movie:
-  movie_id: int
-  title: str                # as in the file
-  genres: tuple[str, ...]   # names from GENRES
-
-
-# ---------------------------------------------------------------- titles and matching
-
-
-def _split_year(title: str) -> tuple[str, str]:
-  """("Godfather, The", "1972") from "Godfather, The (1972)"; ("x", "") without a year."""
-  m = _YEAR.search(title)
-  if m is None:
-    return title.strip(), ""
-  return title[:m.start()].strip(), m.group(1)
-
-
-def _article_first(name: str) -> str:
-  """ "Godfather, The" -> "The Godfather"; "Ennui, L'" -> "L'Ennui"; other names unchanged."""
-  m = _TRAILING_ARTICLE.match(name)
-  if m is None:
-    return name
-  article = m.group(2)
-  return f"{article}{m.group(1)}" if article.endswith("'") else f"{article} {m.group(1)}"
-
-
-def _article_last(name: str) -> str:
-  """ "The Godfather" -> "Godfather, The" (MovieLens' own form); other names unchanged."""
-  for article in _ARTICLES:
-    sep = "" if article.endswith("'") else " "
-    if name.startswith(article + sep) and len(name) > len(article + sep):
-      return f"{name[len(article + sep):]}, {article}"
-  return name
-
-
-def _split_aka(name: str) -> tuple[str, str]:
-  """ "Seven (Se7en)" -> ("Seven", "Se7en"); "(a.k.a. X)" gives "X"; ("name", "") without."""
-  m = _TRAILING_PAREN.match(name)
-  if m is None:
-    return name, ""
-  aka = re.sub(r"^a\.k\.a\.\s*", "", m.group(2).strip(), flags=re.IGNORECASE)
-  return m.group(1).strip(), aka
-
-
-def display_title(title: str) -> str:
-  """The title as documents print it: leading article, alternative title and year kept.
-
-  "Godfather, The (1972)" -> "The Godfather (1972)"; "Seventh Seal, The (Sjunde inseglet, Det)
-  (1957)" -> "The Seventh Seal (Det Sjunde inseglet) (1957)".
-  """
-  name, year = _split_year(title)
-  main, aka = _split_aka(name)
-  shown = _article_first(main)
-  if aka:
-    shown += f" ({_article_first(aka)})"
-  return f"{shown} ({year})" if year else shown
-
-
-def title_variants(title: str) -> list[str]:
-  """Names that count as naming the movie `title` (a MovieLens or a display title).
-
-  The title itself, without the year, with a trailing article moved to the front (a leading one
-  to the back, so that display titles give MovieLens' form too), and the main and alternative
-  titles of "Main (Alternative)" alone: "Godfather, The (1972)" gives ["Godfather, The (1972)",
-  "Godfather, The", "The Godfather"]. ML-1M's "Star Wars: Episode IV - A New Hope" also gives
-  "A New Hope" and "Star Wars: A New Hope", never "Star Wars" alone (that would name all three
-  episodes). An article is never dropped, so "The Rock" does not become the common word "Rock".
-  """
-  name, _ = _split_year(title)
-  main, aka = _split_aka(name)
-  candidates = [title.strip(), name, _article_first(name), main, _article_first(main),
-                _article_last(main)]
-  if aka:
-    candidates += [aka, _article_first(aka), _article_last(aka)]
-  episode = _EPISODE.match(main)
-  if episode:
-    candidates += [episode.group(2), f"{episode.group(1)}: {episode.group(2)}"]
-  seen, variants = set(), []
-  for c in candidates:
-    if c and c not in seen and _words(c):
-      seen.add(c)
-      variants.append(c)
-  return variants
-
-
-def _plain(text: str) -> str:
-  """Accents dropped (models often write "Cite" for "Cité") and "&" read as "and"."""
-  text = unicodedata.normalize("NFKD", text)
-  return "".join(ch for ch in text if not unicodedata.combining(ch)).replace("&", " and ")
-
-
-def _words(text: str) -> list[str]:
-  """The words of `text`, case kept; every non-alphanumeric is a word break."""
-  return re.findall(r"[^\W_]+", _plain(text))
-
-
-def _capitalised(word: str) -> bool:
-  return word[:1].isupper()
-
-
-def _stands_alone(text: str, spans: list[re.Match], i: int) -> bool:
-  """Whether word i is capitalised (or a number) and not joined by a space to a capitalised
-  neighbour."""
-  word = spans[i].group(0)
-  if not (_capitalised(word) or word[0].isdigit()):
-    return False
-  for j in (i - 1, i + 1):
-    if 0 <= j < len(spans):
-      left, right = sorted((spans[i], spans[j]), key=lambda m: m.start())
-      if text[left.end():right.start()].isspace() and _capitalised(spans[j].group(0)):
-        return False
-  return True
-
-
-def _names_variant(answer: str, variant: list[str]) -> bool:
-  """Whether the answer's words hold the variant's words (case-insensitive) as a run that is not
-  followed by a sequel marker.
-
-  A one-word variant must also be capitalised in the answer, so that "please contact" does not
-  name "Contact (1997)", and must not be joined by a space to a capitalised neighbour, so that
-  "Star Trek: First Contact" does not name it either.
-  """
-  text = _plain(answer)
-  spans = list(re.finditer(r"[^\W_]+", text))
-  folded = [m.group(0).casefold() for m in spans]
-  target = [w.casefold() for w in variant]
-  size = len(target)
-  for i in range(len(folded) - size + 1):
-    if folded[i:i + size] != target:
-      continue
-    if i + size < len(folded) and folded[i + size] in _SEQUEL_MARKERS:
-      continue
-    if size == 1 and not _stands_alone(text, spans, i):
-      continue
-    return True
-  return False
-
-
-def answer_names_any(answer: str, favourites: Sequence[str]) -> bool:
-  """Whether `answer` names any of `favourites` (MovieLens or display titles).
-
-  Case, accents and punctuation are ignored; a variant (see `title_variants`) must appear as whole
-  words ("Alien" is not in "Aliens") and not be followed by "Part", "II", "III", "2" or "3" (a
-  sequel is another movie). A one-word variant must start with a capital letter and not sit in a
-  longer capitalised name ("First Contact"), at the price of missing "Watch Contact".
-  """
-  return any(_names_variant(answer, _words(variant))
-             for title in favourites for variant in title_variants(title))
-
-
 # ---------------------------------------------------------------- text templates
 
 
@@ -354,17 +150,17 @@ def _article(phrase: str) -> str:
   return "an" if phrase[:1].lower() in "aeiou" else "a"
 
 
-def profile_sentence(subject: str, user: _User) -> str:
+def profile_sentence(subject: str, user: User) -> str:
   """ "<subject> is a 24-year-old male technician." """
   gender = "male" if user.gender == "M" else "female"
   return f"{subject} is {_article(user.age)} {user.age} {gender} {user.occupation}."
 
 
-def _pronoun(user: _User) -> str:
+def _pronoun(user: User) -> str:
   return "He" if user.gender == "M" else "She"
 
 
-def preference_sentence(user: _User, liked: Sequence[_Movie]) -> str:
+def preference_sentence(user: User, liked: Sequence[Movie]) -> str:
   """ "He mostly enjoys drama, comedy and thriller movies." from the genres of `liked`."""
   counts: dict[str, int] = {}
   for movie in liked:
@@ -384,14 +180,14 @@ def _join(items: Sequence[str]) -> str:
   return f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def user_document(name: str, user: _User, liked: Sequence[_Movie]) -> str:
+def user_document(name: str, user: User, liked: Sequence[Movie]) -> str:
   """The database document of one user (module docstring has the template)."""
   titles = _join([display_title(m.title) for m in liked])
   return (f"{profile_sentence(name, user)} {preference_sentence(user, liked)} "
           f"In particular, {_pronoun(user).lower()} likes {titles}.")
 
 
-def user_question(user: _User, liked: Sequence[_Movie]) -> str:
+def user_question(user: User, liked: Sequence[Movie]) -> str:
   """A query about a held-out user: profile, preference, then `QUESTION_SUFFIX`."""
   return (f"{profile_sentence('This user', user)} {preference_sentence(user, liked)} "
           f"{QUESTION_SUFFIX}")
@@ -414,143 +210,6 @@ def pseudonyms(users: Sequence[tuple[int, str]]) -> dict[int, str]:
       first, last = divmod(int(order[rank]), len(_LAST))
       names[uid] = f"{firsts[first]} {_LAST[last]}"
   return names
-
-
-# ---------------------------------------------------------------- reading the files
-
-
-def detect_layout(path: str | os.PathLike) -> str:
-  """ "ml-100k" or "ml-1m", from which files the folder holds."""
-  path = os.fspath(path)
-  if not os.path.isdir(path):
-    raise MovieLensError(f"MovieLens folder {path} does not exist or is not a folder.")
-  for layout, files in LAYOUT_FILES.items():
-    present = [f for f in files if os.path.exists(os.path.join(path, f))]
-    if len(present) == len(files):
-      return layout
-    if present:
-      missing = sorted(set(files) - set(present))
-      raise MovieLensError(f"{path} looks like the {layout} layout (it has {', '.join(present)}) "
-                           f"but lacks {', '.join(missing)}.")
-  expected = "; ".join(f"{k}: {', '.join(v)}" for k, v in LAYOUT_FILES.items())
-  raise MovieLensError(f"{path} holds no MovieLens files; expected one of the layouts {expected}.")
-
-
-def _records(path: str, sep: str, fields: Sequence[str]) -> Iterator[tuple[int, list[str]]]:
-  """(1-based line number, fields) for every non-blank line, checking the field count."""
-  with open(path, encoding="latin-1", newline="") as f:
-    for n, line in enumerate(f, start=1):
-      line = line.rstrip("\r\n")
-      if not line.strip():
-        continue
-      parts = line.split(sep)
-      if len(parts) != len(fields):
-        raise MovieLensError(f"{path}, line {n}: expected {len(fields)} fields separated by "
-                             f"{sep!r} ({', '.join(fields)}), got {len(parts)}.")
-      yield n, parts
-
-
-def _int(path: str, n: int, name: str, value: str) -> int:
-  try:
-    return int(value)
-  except ValueError:
-    raise MovieLensError(f"{path}, line {n}: {name} must be an integer, got {value!r}.") from None
-
-
-def _gender(path: str, n: int, value: str) -> str:
-  if value not in ("M", "F"):
-    raise MovieLensError(f"{path}, line {n}: gender must be M or F, got {value!r}.")
-  return value
-
-
-def _read_users(path: str, layout: str) -> dict[int, _User]:
-  users = {}
-  if layout == "ml-100k":
-    rows = _records(path, "|", ("user", "age", "gender", "occupation", "zip"))
-  else:
-    rows = _records(path, "::", ("user", "gender", "age", "occupation", "zip"))
-  for n, parts in rows:
-    uid = _int(path, n, "user id", parts[0])
-    if layout == "ml-100k":
-      age = f"{_int(path, n, 'age', parts[1])}-year-old"
-      gender = _gender(path, n, parts[2])
-      occupation = _OCCUPATIONS_100K.get(parts[3].strip(), parts[3].strip())
-    else:
-      gender = _gender(path, n, parts[1])
-      code = _int(path, n, "age", parts[2])
-      if code not in _AGES_1M:
-        raise MovieLensError(f"{path}, line {n}: age code must be one of {sorted(_AGES_1M)}, "
-                             f"got {code}.")
-      age = _AGES_1M[code]
-      occ = _int(path, n, "occupation", parts[3])
-      if not 0 <= occ < len(_OCCUPATIONS_1M):
-        raise MovieLensError(f"{path}, line {n}: occupation code must be in [0, "
-                             f"{len(_OCCUPATIONS_1M) - 1}], got {occ}.")
-      occupation = _OCCUPATIONS_1M[occ]
-    if not occupation:
-      raise MovieLensError(f"{path}, line {n}: empty occupation.")
-    if uid in users:
-      raise MovieLensError(f"{path}, line {n}: user {uid} appears twice.")
-    users[uid] = _User(user_id=uid, age=age, gender=gender, occupation=occupation)
-  if not users:
-    raise MovieLensError(f"{path} lists no users.")
-  return users
-
-
-def _read_movies(path: str, layout: str) -> dict[int, _Movie]:
-  movies = {}
-  if layout == "ml-100k":
-    names = ("movie", "title", "release date", "video release date", "URL") + tuple(
-        f"{g} flag" for g in GENRES)
-    rows = _records(path, "|", names)
-  else:
-    rows = _records(path, "::", ("movie", "title", "genres"))
-  for n, parts in rows:
-    mid = _int(path, n, "movie id", parts[0])
-    if layout == "ml-100k":
-      flags = parts[5:]
-      if any(f not in ("0", "1") for f in flags):
-        raise MovieLensError(f"{path}, line {n}: genre flags must be 0 or 1.")
-      genres = tuple(g for g, f in zip(GENRES, flags) if f == "1")
-    else:
-      genres = tuple(g for g in parts[2].split("|") if g)
-      unknown = [g for g in genres if g not in GENRES]
-      if unknown:
-        raise MovieLensError(f"{path}, line {n}: unknown genre {unknown[0]!r}; known: "
-                             f"{', '.join(GENRES)}.")
-    if not parts[1].strip():
-      raise MovieLensError(f"{path}, line {n}: empty title.")
-    if mid in movies:
-      raise MovieLensError(f"{path}, line {n}: movie {mid} appears twice.")
-    movies[mid] = _Movie(movie_id=mid, title=parts[1].strip(), genres=genres)
-  if not movies:
-    raise MovieLensError(f"{path} lists no movies.")
-  return movies
-
-
-def _read_ratings(path: str, layout: str, users: dict[int, _User],
-                  movies: dict[int, _Movie]) -> np.ndarray:
-  """int64 array (n, 4): user, movie, rating, timestamp."""
-  sep = "\t" if layout == "ml-100k" else "::"
-  rows = []
-  seen: dict[tuple[int, int], int] = {}
-  for n, parts in _records(path, sep, ("user", "movie", "rating", "timestamp")):
-    uid, mid, rating, stamp = (_int(path, n, name, v) for name, v in
-                               zip(("user id", "movie id", "rating", "timestamp"), parts))
-    if uid not in users:
-      raise MovieLensError(f"{path}, line {n}: user {uid} is not in the users file.")
-    if mid not in movies:
-      raise MovieLensError(f"{path}, line {n}: movie {mid} is not in the movies file.")
-    if not 1 <= rating <= 5:
-      raise MovieLensError(f"{path}, line {n}: rating must be in [1, 5], got {rating}.")
-    if (uid, mid) in seen:
-      raise MovieLensError(f"{path}, line {n}: user {uid} rated movie {mid} already on line "
-                           f"{seen[(uid, mid)]}.")
-    seen[(uid, mid)] = n
-    rows.append((uid, mid, rating, stamp))
-  if not rows:
-    raise MovieLensError(f"{path} holds no ratings.")
-  return np.asarray(rows, dtype=np.int64)
 
 
 # ---------------------------------------------------------------- selection and split
@@ -606,9 +265,9 @@ def load_movielens(path: str | os.PathLike, *, num_documents: int | None = None,
   layout = detect_layout(path)
   ratings_file, users_file, movies_file = (os.path.join(os.fspath(path), f)
                                            for f in LAYOUT_FILES[layout])
-  users = _read_users(users_file, layout)
-  movies = _read_movies(movies_file, layout)
-  ratings = _read_ratings(ratings_file, layout, users, movies)
+  users = read_users(users_file, layout)
+  movies = read_movies(movies_file, layout)
+  ratings = read_ratings(ratings_file, layout, users, movies)
 
   top = top_movie_ids(ratings, top_movies)
   # min_rated counts every rated top movie, so read them all before cutting to `favourites`.
@@ -620,7 +279,7 @@ def load_movielens(path: str | os.PathLike, *, num_documents: int | None = None,
   validation = validation[:check_count("num_validation", num_validation, len(validation))]
   test = test[:check_count("num_test", num_test, len(test))]
 
-  def liked(uid: int) -> list[_Movie]:
+  def liked(uid: int) -> list[Movie]:
     return [movies[m] for m in kept[uid]]
 
   def queries(ids: list[int]) -> list[MovieQuery]:

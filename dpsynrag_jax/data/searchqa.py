@@ -27,7 +27,7 @@ Gold answers: each answer with the backslash before quotes removed ("Valentine\\
 "Valentine's Day"), whitespace collapsed, and one pair of enclosing double quotes removed; an
 answer with an optional part in parentheses ("(The People's Republic of) China") also gives the
 form without it ("China") and the one with the brackets dropped. An output counts as correct if
-it contains any gold answer, ignoring case (`answer_contains_any`).
+it contains any gold answer, ignoring case (`matchers.answer_contains_any`).
 
 Selection: the paper kept questions with at least 40 answer-bearing snippets (102 questions,
 7054 snippets); the offline copy has at most 21 snippets a question, so we keep the questions
@@ -58,6 +58,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from dpsynrag_jax.data.counts import check_count
+from dpsynrag_jax.data.matchers import answer_contains_any, collapse_whitespace
 
 SNIPPET_MARKER = "[DOC]"
 TITLE_MARKER = "[TLE]"
@@ -111,21 +112,17 @@ class _Question:
 # ---------------------------------------------------------------- answers
 
 
-def _collapse(text: str) -> str:
-  return " ".join(text.split())
-
-
 def gold_answers(raw: Sequence[str]) -> list[str]:
   """The cleaned gold answers of one question (module docstring), in order, without repeats."""
   result: list[str] = []
 
   def add(text: str) -> None:
-    text = _collapse(text)
+    text = collapse_whitespace(text)
     if text and text not in result:
       result.append(text)
 
   for answer in raw:
-    text = _collapse(re.sub(r"\\(['\"])", r"\1", answer))
+    text = collapse_whitespace(re.sub(r"\\(['\"])", r"\1", answer))
     if len(text) > 2 and text.startswith('"') and text.endswith('"'):
       text = text[1:-1]
     add(text)
@@ -133,12 +130,6 @@ def gold_answers(raw: Sequence[str]) -> list[str]:
       add(re.sub(r"\([^()]*\)", " ", text))
       add(re.sub(r"[()]", "", text))
   return result
-
-
-def answer_contains_any(answer: str, gold: Sequence[str]) -> bool:
-  """Whether `answer` contains any of `gold`, ignoring case and runs of whitespace."""
-  folded = _collapse(answer).casefold()
-  return any(g and _collapse(g).casefold() in folded for g in gold)
 
 
 # ---------------------------------------------------------------- snippets
@@ -163,11 +154,11 @@ def split_snippets(context: str, where: str = "context") -> tuple[list[tuple[str
     else:
       piece = piece.removeprefix(TEXT_MARKER)
     # A second [PAR] (not seen in SearchQA) would only separate paragraphs of one snippet.
-    text = _collapse(piece.replace(TEXT_MARKER, " "))
+    text = collapse_whitespace(piece.replace(TEXT_MARKER, " "))
     if not text:
       dropped += 1
       continue
-    snippets.append((_collapse(title), text))
+    snippets.append((collapse_whitespace(title), text))
   return snippets, dropped
 
 
@@ -257,7 +248,7 @@ def _field(where: str, obj: Any, names: Sequence[str], kind: type) -> Any:
 
 def _question(where: str, qa: dict, context: str) -> _Question:
   qid = _field(where, qa, ("id", "key", "qid"), str)
-  text = _collapse(_field(where, qa, ("question",), str))
+  text = collapse_whitespace(_field(where, qa, ("question",), str))
   raw = _field(where, qa, ("answers",), list)
   if not all(isinstance(a, str) for a in raw):
     raise SearchQAError(f"{where}: 'answers' must be a list of strings.")

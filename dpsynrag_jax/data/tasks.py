@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence
 
+from dpsynrag_jax.data import matchers
+
 
 @dataclasses.dataclass(frozen=True)
 class TaskQuery:
@@ -48,11 +50,6 @@ DATA_OF_TASK = {"medical": "medical_synth", "movielens": "movielens", "searchqa"
 TASK_OF_DATA = {**{data: task for task, data in DATA_OF_TASK.items()}, "medical": "medical"}
 
 
-def _contains_any(text: str, answers: Sequence[str]) -> bool:
-  low = text.lower()
-  return any(a.lower() in low for a in answers)
-
-
 def medical_task(num_documents: int = 8000, num_validation: int = 1000, num_test: int = 1000,
                  seed: int = 0) -> Task:
   from dpsynrag_jax.data.medical_synth import load_medical_synth  # pylint: disable=g-import-not-at-top
@@ -60,7 +57,7 @@ def medical_task(num_documents: int = 8000, num_validation: int = 1000, num_test
   queries = lambda qs: tuple(TaskQuery(q.text, (q.answer,)) for q in qs)
   attacks = tuple(ATTACK_QUESTION.format(disease=d) for d in ms.diseases)  # public names
   return Task("medical", tuple(ms.documents), tuple(sorted(set(ms.doc_patients))),
-              queries(ms.validation), queries(ms.test), _contains_any, "medical", 10, attacks,
+              queries(ms.validation), queries(ms.test), matchers.contains_any, "medical", 10, attacks,
               doc_answers=tuple((d,) for d in ms.doc_diseases))
 
 
@@ -71,7 +68,7 @@ def movielens_task(path: str, num_documents=None, num_validation=None, num_test=
                                 num_validation=num_validation, num_test=num_test, seed=seed)
   queries = lambda qs: tuple(TaskQuery(q.text, tuple(q.answers)) for q in qs)
   return Task("movielens", tuple(ml.documents), tuple(sorted(set(ml.doc_users))),
-              queries(ml.validation), queries(ml.test), movielens.answer_names_any,
+              queries(ml.validation), queries(ml.test), matchers.answer_names_any,
               "movielens", 15)
 
 
@@ -82,7 +79,7 @@ def searchqa_task(path: str, num_documents=None, num_validation=None, num_test=N
                               num_test=num_test, seed=seed)
   queries = lambda qs: tuple(TaskQuery(q.text, tuple(q.answers)) for q in qs)
   return Task("searchqa", tuple(sq.documents), (), queries(sq.validation), queries(sq.test),
-              searchqa.answer_contains_any, None, 10)
+              matchers.answer_contains_any, None, 10)
 
 
 def load_task(name: str, *, path: str = "", num_documents=None, num_validation=None,
