@@ -35,7 +35,7 @@ from dpsynrag_jax.privacy.ledger import BudgetExceededError
 from dpsynrag_jax.privacy.ledger import Entry
 from dpsynrag_jax.privacy.ledger import make_entry
 from dpsynrag_jax.privacy.ledger import PrivacyLedger
-from dpsynrag_jax.privacy.ledger import ResumableLedger
+from dpsynrag_jax.privacy.resumable_ledger import ResumableLedger
 from dpsynrag_jax.privacy.mechanisms import exponential_rho
 from dpsynrag_jax.privacy.mechanisms import gaussian_mechanism
 from dpsynrag_jax.privacy.mechanisms import gaussian_rho
