@@ -69,7 +69,7 @@ def movielens_task(path: str, num_documents=None, num_validation=None, num_test=
   queries = lambda qs: tuple(TaskQuery(q.text, tuple(q.answers)) for q in qs)
   return Task("movielens", tuple(ml.documents), tuple(sorted(set(ml.doc_users))),
               queries(ml.validation), queries(ml.test), matchers.answer_names_any,
-              "movielens", 15)
+              "movielens", 15, doc_answers=tuple(tuple(f) for f in ml.doc_favourites))
 
 
 def searchqa_task(path: str, num_documents=None, num_validation=None, num_test=None,
