@@ -225,8 +225,24 @@ def load_models(config):
 
 
 def load_eval_task(config, dataset: str) -> Task:
-  return load_task(dataset, path=config.paths.get(dataset, ""),
-                   num_documents=config.num_documents, num_validation=0,
-                   num_test=config.num_test, seed=0)
+  """The evaluation's task: its first num_documents documents and num_test test questions
+  (0: all).
+
+  A MovieLens config made for one layout (config.movielens_layout) refuses a folder of the
+  other: its settings (documents, R, batches) are the constants of one public dataset.
+  """
+  path = config.paths.get(dataset, "")
+  expected = config.get("movielens_layout", "")
+  if dataset == "movielens" and expected and path:
+    from dpsynrag_jax.data.movielens_files import detect_layout  # pylint: disable=g-import-not-at-top
+    found = detect_layout(path)
+    if found != expected:
+      arg = {"ml-100k": "movielens_cpu", "ml-1m": "movielens_paper"}[found]
+      raise ValueError(f"{path} holds MovieLens {found}, but this config's settings are for "
+                       f"{expected}; use --config=experiments/configs/evaluate.py:{arg} (the "
+                       f"settings for {found}).")
+  # 0 documents or test questions means all of them.
+  return load_task(dataset, path=path, num_documents=config.num_documents or None,
+                   num_validation=0, num_test=config.num_test or None, seed=0)
 
 

@@ -291,3 +291,39 @@ def test_dp_rag_takes_questions_with_braces(tmp_path):
                  epsilon_total=10.0, num_queries=1, k=4, T=2)
   method.build()
   assert len(method.answer(["What is {my} disease? }{"]).answers) == 1
+
+
+@pytest.mark.parametrize("dataset", ["movielens", "searchqa"])
+def test_the_other_datasets_evaluate_and_funnel_on_generated_fixtures(dataset, tmp_path):
+  """The tiny evaluation and the funnel on a generated MovieLens / SearchQA folder (the real
+  data is never vendored; its configs read --config.paths.*)."""
+  from dpsynrag_jax.data import fixtures  # pylint: disable=g-import-not-at-top
+  from experiments import funnel  # pylint: disable=g-import-not-at-top
+  write = {"movielens": fixtures.write_movielens_fixture,
+           "searchqa": fixtures.write_searchqa_fixture}[dataset]
+  config = evaluate_config.get_config("tiny")
+  config.datasets = dataset
+  config.paths[dataset] = write(tmp_path / "data").path
+  config.num_documents, config.num_test = 0, 4   # every document of the fixture
+  config.methods = "non_rag,rag,dp_synrag,dp_synth,dp_rag"
+  rows = evaluate.run(config, str(tmp_path / "eval"))
+  assert {r["method"] for r in rows} == {"Non-RAG", "RAG", "DP-SynRAG", "DP-Synth", "DP-RAG"}
+  assert all(r["dataset"] == dataset and r["questions"] == 4 for r in rows)
+  out = funnel.run(config, str(tmp_path / "eval"))
+  by = {s["stage"]: s["value"] for s in out[0]["stages"]}
+  assert by["context recall"] <= by["database recall"] and by["coverage"] is not None
+
+
+def test_a_movielens_config_refuses_the_other_layout_and_names_the_matching_config(tmp_path):
+  """movielens_cpu's settings (674 users, R 83) are for ml-100k; an ml-1m folder gets a pointer
+  to movielens_paper instead of a silently wrong experiment."""
+  from dpsynrag_jax import evaluation  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.data import fixtures  # pylint: disable=g-import-not-at-top
+  config = evaluate_config.get_config("movielens_cpu")
+  config.paths.movielens = fixtures.write_movielens_fixture(tmp_path / "m1", layout="ml-1m").path
+  with pytest.raises(ValueError, match="movielens_paper"):
+    evaluation.load_eval_task(config, "movielens")
+  config = evaluate_config.get_config("movielens_paper")
+  config.paths.movielens = fixtures.write_movielens_fixture(tmp_path / "m100").path
+  with pytest.raises(ValueError, match="movielens_cpu"):
+    evaluation.load_eval_task(config, "movielens")

@@ -9,6 +9,11 @@ ARG:
              quick CPU run: R = 24, L = 2, k = 40)
   paper_cpu  the paper's Table 6 settings on all 8000 Medical notes with the embedded models,
              100 test and 50 attack questions (hours on a 2-core CPU; README)
+  movielens_cpu  Table 6's MovieLens settings on ml-100k (674 users, 85 test questions), R
+             scaled by corpus size (below); --config.paths.movielens=/path/to/ml-100k
+  movielens_paper  the paper's ml-1m setting (4083 users, R 500, 500 test questions)
+  searchqa_cpu   Table 6's SearchQA settings on the 6591 snippets of the local copy (288 test
+             questions); --config.paths.searchqa=/path/to/searchqa
   paper      the paper's scale (8000 documents, 1000 test questions); for accelerators
 MovieLens and SearchQA are read from local copies: add them with
   --config.datasets=medical,movielens --config.paths.movielens=/data/ml-1m
@@ -31,7 +36,14 @@ from launch import grid
 
 APP = "experiments.evaluate"   # what launch.sweep runs with this config
 PAPER_MODELS = ("phi-4-mini-instruct", "gemma-2-2b-it", "llama-3.1-8b-instruct")
-ARGS = ("tiny", "cpu", "paper_cpu", "paper")
+ARGS = ("tiny", "cpu", "paper_cpu", "movielens_cpu", "movielens_paper", "searchqa_cpu", "paper")
+
+# R scaled by corpus size against the paper's corpora (MovieLens: R 500 for 4083 users;
+# SearchQA: R 1000 for 7054 snippets) and fixed here as constants of each public dataset
+# (R must not be computed from the private corpus size at run time: it is released).
+# BUILD_NOTES, "The other two datasets".
+MOVIELENS_100K_R = 83     # 500 * 674 / 4083
+SEARCHQA_LOCAL_R = 934    # 1000 * 6591 / 7054
 
 def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
   if arg not in ARGS:
@@ -86,6 +98,27 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
     synrag_arg = "paper_cpu"
     config.dp_rag.T = 70   # the paper's DP-RAG answers in 70 tokens
     config.self_filter = False  # SmolLM2-135M cannot judge YES/NO (BUILD_NOTES.md)
+  elif arg in ("movielens_cpu", "movielens_paper"):
+    config.datasets = "movielens"
+    # The layout the settings are for: a folder of the other layout is refused with a pointer
+    # to the matching config.
+    config.movielens_layout = "ml-100k" if arg == "movielens_cpu" else "ml-1m"
+    config.num_documents = 674 if arg == "movielens_cpu" else 4083
+    config.num_test = 85 if arg == "movielens_cpu" else 500
+    config.num_attacks = 0          # the leakage metric reads the benign answers (pseudonyms)
+    synrag_arg = "paper_cpu"
+    config.dp_synth.num_batches = 7 if arg == "movielens_cpu" else 41   # batches of ~100
+    config.dp_rag.T = 70
+    config.self_filter = False      # SmolLM2-135M cannot judge YES/NO (BUILD_NOTES.md)
+  elif arg == "searchqa_cpu":
+    config.datasets = "searchqa"
+    config.num_documents = 6591
+    config.num_test = 288
+    config.num_attacks = 0          # no private names in SearchQA
+    synrag_arg = "paper_cpu"
+    config.dp_synth.num_batches = 66   # batches of ~100 over 6591 snippets
+    config.dp_rag.T = 30               # the paper's SearchQA DP-RAG answers in 30 tokens
+    config.self_filter = False         # the paper runs no filter on SearchQA
   elif arg == "tiny":
     config.model.lm = "tiny-random"
     config.num_documents = 150
@@ -100,6 +133,10 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
         {"k": 8, "T": 4, "omega": 0.01, "retrieval_share": 0.1, "epsilon_per_query": 10.0})
     config.aug_pe = ml_collections.ConfigDict({"population": 8, "iterations": 2})
   config.dp_synrag = leave_to_evaluation(medical_synth.get_config(synrag_arg))
+  if arg in ("movielens_cpu", "movielens_paper", "searchqa_cpu"):
+    config.dp_synrag.clustering.R = {"movielens_cpu": MOVIELENS_100K_R, "movielens_paper": 500,
+                                     "searchqa_cpu": SEARCHQA_LOCAL_R}[arg]
+    config.dp_synrag.clustering.k = 100   # Table 6 for both datasets
   return config
 
 
