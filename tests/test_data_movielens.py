@@ -40,7 +40,7 @@ def _expected(fx, top_movies=30, favourites=10, min_rated=5):
 
 
 def _all_users(data):
-  return data.doc_user_ids + [q.user_id for q in data.validation + data.test]
+  return list(data.doc_sources) + [q.source for q in data.validation + data.test]
 
 
 # ---------------------------------------------------------------- selection
@@ -49,21 +49,21 @@ def _all_users(data):
 def test_both_layouts_parse(written):
   data = load_movielens(written.path)
   top, favs = _expected(written)
-  assert data.layout == written.layout
-  assert data.movies == top and len(top) == 30
+  assert data.provenance["layout"] == written.layout
+  assert list(data.answer_names) == top and len(top) == 30
   assert sorted(_all_users(data)) == sorted(favs)
-  assert len(data.documents) == len(data.doc_users) == len(data.doc_favourites)
+  assert len(data.documents) == len(data.doc_subjects) == len(data.doc_answers)
 
 
 def test_top_movies_only_and_favourites_are_top_rated(written):
   data = load_movielens(written.path)
   _, favs = _expected(written)
   assert len(written.movies) > 30  # so the restriction matters
-  for uid, got in zip(data.doc_user_ids, data.doc_favourites):
-    assert got == favs[uid]
-    assert set(got) <= set(data.movies)
+  for uid, got in zip(data.doc_sources, data.doc_answers):
+    assert list(got) == favs[uid]
+    assert set(got) <= set(data.answer_names)
   for q in data.validation + data.test:
-    assert q.answers == favs[q.user_id]
+    assert list(q.answers) == favs[q.source]
 
 
 def test_min_rated_and_favourites_parameters(ml100k):
@@ -71,7 +71,7 @@ def test_min_rated_and_favourites_parameters(ml100k):
     data = load_movielens(ml100k.path, min_rated=min_rated, favourites=favourites)
     _, favs = _expected(ml100k, favourites=favourites, min_rated=min_rated)
     assert sorted(_all_users(data)) == sorted(favs)
-    assert all(1 <= len(f) <= favourites for f in data.doc_favourites)
+    assert all(1 <= len(f) <= favourites for f in data.doc_answers)
   assert len(_all_users(load_movielens(ml100k.path, min_rated=10))) < len(
       _all_users(load_movielens(ml100k.path, min_rated=1)))
 
@@ -79,8 +79,8 @@ def test_min_rated_and_favourites_parameters(ml100k):
 def test_top_movies_parameter(ml100k):
   data = load_movielens(ml100k.path, top_movies=12)
   top, _ = _expected(ml100k, top_movies=12)
-  assert data.movies == top
-  assert all(set(f) <= set(top) for f in data.doc_favourites)
+  assert list(data.answer_names) == top
+  assert all(set(f) <= set(top) for f in data.doc_answers)
 
 
 # ---------------------------------------------------------------- templates
@@ -104,16 +104,16 @@ def _genre_phrase(fx, favourite_titles):
 def test_document_template_ml100k(ml100k):
   data = load_movielens(ml100k.path)
   for i in range(len(data.documents)):
-    uid, age, gender, occupation = _user(ml100k, data.doc_user_ids[i])
+    uid, age, gender, occupation = _user(ml100k, data.doc_sources[i])
     he = "He" if gender == "M" else "She"
     occupation = {"healthcare": "healthcare worker", "none": "person with no occupation",
                   "other": "person with an unlisted occupation", "retired": "retiree",
                   "entertainment": "entertainment worker",
                   "marketing": "marketing professional"}.get(occupation, occupation)
     article = "an" if str(age).startswith("8") or age in (11, 18) else "a"
-    favs = data.doc_favourites[i]
+    favs = data.doc_answers[i]
     liked = favs[0] if len(favs) == 1 else f"{', '.join(favs[:-1])} and {favs[-1]}"
-    expected = (f"{data.doc_users[i]} is {article} {age}-year-old "
+    expected = (f"{data.doc_subjects[i]} is {article} {age}-year-old "
                 f"{'male' if gender == 'M' else 'female'} {occupation}. {he} mostly enjoys "
                 f"{_genre_phrase(ml100k, favs)} movies. In particular, {he.lower()} likes "
                 f"{liked}.")
@@ -126,7 +126,7 @@ def test_ml1m_ages_and_occupations(tmp_path):
   ages = {1: "a teenage", 18: "an 18-year-old", 25: "a 25-year-old", 35: "a 35-year-old",
           45: "a 45-year-old", 50: "a 50-year-old", 56: "a 56-year-old"}
   seen = set()
-  for uid, doc in zip(data.doc_user_ids, data.documents):
+  for uid, doc in zip(data.doc_sources, data.documents):
     _, code, _, occ = _user(fx, uid)
     assert f" is {ages[code]} " in doc
     assert movielens_files._OCCUPATIONS_1M[occ] in doc
@@ -143,13 +143,13 @@ def test_query_template(written):
     assert pattern.fullmatch(q.text), q.text
     assert q.text.endswith("What movie is recommended for this user? Answer with movies "
                            "released in the 20th century.")
-    assert q.user not in q.text and q.user.split()[1] not in q.text
+    assert q.subject not in q.text and q.subject.split()[1] not in q.text
     assert not any(t in q.text for t in q.answers)
 
 
 def test_documents_name_no_query_user(ml100k):
   data = load_movielens(ml100k.path)
-  query_names = {q.user for q in data.validation + data.test}
+  query_names = {q.subject for q in data.validation + data.test}
   assert not any(name in doc for doc in data.documents for name in query_names)
 
 
@@ -159,10 +159,10 @@ def test_documents_name_no_query_user(ml100k):
 def test_pseudonyms_stable_unique_and_gendered(ml100k):
   a = load_movielens(ml100k.path, seed=0)
   b = load_movielens(ml100k.path, seed=7, min_rated=1)
-  names_a = {q.user_id: q.user for q in a.validation + a.test}
-  names_a.update(zip(a.doc_user_ids, a.doc_users))
-  names_b = {q.user_id: q.user for q in b.validation + b.test}
-  names_b.update(zip(b.doc_user_ids, b.doc_users))
+  names_a = {q.source: q.subject for q in a.validation + a.test}
+  names_a.update(zip(a.doc_sources, a.doc_subjects))
+  names_b = {q.source: q.subject for q in b.validation + b.test}
+  names_b.update(zip(b.doc_sources, b.doc_subjects))
   assert all(names_b[u] == n for u, n in names_a.items())  # same user, same name, any split
   assert len(set(names_b.values())) == len(names_b)
   for uid, name in names_b.items():
@@ -170,7 +170,7 @@ def test_pseudonyms_stable_unique_and_gendered(ml100k):
     gender = _user(ml100k, uid)[2]
     pool = movielens._FIRST_MALE if gender == "M" else movielens._FIRST_FEMALE
     assert first in pool
-  for uid, doc in zip(a.doc_user_ids, a.documents):
+  for uid, doc in zip(a.doc_sources, a.documents):
     assert doc.startswith(names_a[uid] + " is ")
 
 
@@ -186,8 +186,8 @@ def test_pseudonyms_cover_ml1m_scale():
 
 def test_split_disjoint_and_pattern(written):
   data = load_movielens(written.path)
-  docs, val = set(data.doc_user_ids), {q.user_id for q in data.validation}
-  test = {q.user_id for q in data.test}
+  docs, val = set(data.doc_sources), {q.source for q in data.validation}
+  test = {q.source for q in data.test}
   assert not (docs & val or docs & test or val & test)
   n = len(docs) + len(val) + len(test)
   assert len(val) == len(range(0, n, movielens.POOL_PERIOD))
@@ -198,14 +198,14 @@ def test_small_runs_are_prefixes_and_seeded(ml100k):
   full = load_movielens(ml100k.path, seed=4)
   small = load_movielens(ml100k.path, seed=4, num_documents=17, num_validation=3, num_test=2)
   assert small.documents == full.documents[:17]
-  assert small.doc_users == full.doc_users[:17]
+  assert small.doc_subjects == full.doc_subjects[:17]
   assert small.validation == full.validation[:3] and small.test == full.test[:2]
   assert load_movielens(ml100k.path, seed=4) == full
   other = load_movielens(ml100k.path, seed=5)
-  assert other.doc_user_ids != full.doc_user_ids
+  assert other.doc_sources != full.doc_sources
   assert sorted(_all_users(other)) == sorted(_all_users(full))
   empty = load_movielens(ml100k.path, num_documents=0, num_validation=0, num_test=0)
-  assert empty.documents == [] and empty.validation == [] and empty.test == []
+  assert empty.documents == () and empty.validation == () and empty.test == ()
 
 
 def test_latin1_titles(tmp_path):
@@ -215,7 +215,7 @@ def test_latin1_titles(tmp_path):
     assert "é".encode("latin-1") in f.read()
   data = load_movielens(fx.path, top_movies=60, min_rated=1)
   titles = {display_title(t) for _, t, _ in fx.movies}
-  assert set(data.movies) <= titles
+  assert set(data.answer_names) <= titles
 
 
 # ---------------------------------------------------------------- titles
@@ -287,8 +287,8 @@ def test_answer_names_any_variants():
 
 def test_no_fixture_title_names_another(ml100k):
   data = load_movielens(ml100k.path, top_movies=45, min_rated=1)
-  for a in data.movies:
-    assert [b for b in data.movies if answer_names_any(a, [b])] == [a]
+  for a in data.answer_names:
+    assert [b for b in data.answer_names if answer_names_any(a, [b])] == [a]
 
 
 def test_answers_match_their_own_favourites(ml100k):

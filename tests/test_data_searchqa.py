@@ -71,19 +71,20 @@ def test_answer_contains_any():
 def test_skillopt_layout(skillopt):
   data = load_searchqa(skillopt.path, min_answer_snippets=0)
   records = skillopt.records
-  assert data.files == [os.path.join(skillopt.path, "skillopt_split", s, "items.json")
-                        for s in ("train", "val")]  # id_manifest/ is not read
-  assert data.dropped_questions == 0
+  assert data.provenance["files"] == [
+      os.path.join(skillopt.path, "skillopt_split", s, "items.json")
+      for s in ("train", "val")]  # id_manifest/ is not read
+  assert data.provenance["dropped_questions"] == 0
   assert len(data.validation) + len(data.test) == len(records)
   assert len(data.documents) == sum(r["context"].count("[PAR]") for r in records)
-  assert data.dropped_snippets == sum(r["context"].count("[DOC]") - r["context"].count("[PAR]")
-                                      for r in records) > 0
+  assert data.provenance["dropped_snippets"] == sum(
+      r["context"].count("[DOC]") - r["context"].count("[PAR]") for r in records) > 0
   by_id = {r["id"]: r for r in records}
   for q in data.validation + data.test:
-    record = by_id[q.question_id]
+    record = by_id[q.source]
     assert q.text == record["question"]
-    assert q.answers == gold_answers(record["answers"])
-  for doc, title, qid in zip(data.documents, data.doc_titles, data.doc_question_ids):
+    assert list(q.answers) == gold_answers(record["answers"])
+  for doc, title, qid in zip(data.documents, data.provenance["doc_titles"], data.doc_sources):
     assert doc.startswith(title + "\n") and title
     assert "\n" not in doc[len(title) + 1:] and "[PAR]" not in doc and "[DOC]" not in doc
     assert doc.split("\n", 1)[1].split()[0] in by_id[qid]["context"]
@@ -94,7 +95,7 @@ def test_mrqa_layout_reads_the_same(tmp_path):
   b = fixtures.write_searchqa_fixture(tmp_path / "b", seed=4, layout="mrqa")
   assert a.records == b.records
   data_a, data_b = load_searchqa(a.path, seed=1), load_searchqa(b.path, seed=1)
-  assert data_b.files == [os.path.join(b.path, "SearchQA.jsonl.gz")]
+  assert data_b.provenance["files"] == [os.path.join(b.path, "SearchQA.jsonl.gz")]
   assert data_a.documents == data_b.documents
   assert data_a.validation == data_b.validation and data_a.test == data_b.test
 
@@ -119,25 +120,26 @@ def test_min_answer_snippets(skillopt):
   for minimum in (0, 1, 2):
     data = load_searchqa(skillopt.path, min_answer_snippets=minimum)
     kept = {r["id"] for r in records if _answer_bearing(r) >= minimum}
-    assert {q.question_id for q in data.validation + data.test} == kept
-    assert set(data.doc_question_ids) == kept
-    assert data.dropped_questions == len(records) - len(kept)
+    assert {q.source for q in data.validation + data.test} == kept
+    assert set(data.doc_sources) == kept
+    assert data.provenance["dropped_questions"] == len(records) - len(kept)
   default = load_searchqa(skillopt.path)
-  assert default.dropped_questions > 0  # the default drops the unanswerable
+  assert default.provenance["dropped_questions"] > 0  # the default drops the unanswerable
   database = " ".join(default.documents)
   assert all(answer_contains_any(database, q.answers) for q in default.validation + default.test)
 
 
 def test_split_disjoint_grouped_and_nested(skillopt):
   data = load_searchqa(skillopt.path, seed=3)
-  val = [q.question_id for q in data.validation]
-  test = [q.question_id for q in data.test]
+  val = [q.source for q in data.validation]
+  test = [q.source for q in data.test]
   assert not set(val) & set(test) and len(val) - len(test) in (0, 1)
   # Documents come question by question, alternating validation and test questions.
-  order = list(dict.fromkeys(data.doc_question_ids))
+  order = list(dict.fromkeys(data.doc_sources))
   assert order[0::2] == val and order[1::2] == test
   small = load_searchqa(skillopt.path, seed=3, num_documents=7, num_validation=2, num_test=1)
-  assert small.documents == data.documents[:7] and small.doc_titles == data.doc_titles[:7]
+  assert small.documents == data.documents[:7]
+  assert small.provenance["doc_titles"] == data.provenance["doc_titles"][:7]
   assert small.validation == data.validation[:2] and small.test == data.test[:1]
   assert load_searchqa(skillopt.path, seed=3) == data
   other = load_searchqa(skillopt.path, seed=4)

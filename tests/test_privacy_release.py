@@ -22,7 +22,7 @@ from experiments.configs import medical_synth
 
 pytestmark = pytest.mark.slow   # builds end to end on corpora of notes
 
-NOTES = load_medical_synth(num_documents=600, num_validation=0, num_test=0).documents
+NOTES = list(load_medical_synth(num_documents=600, num_validation=0, num_test=0).documents)
 
 
 def _corpus(path, texts):

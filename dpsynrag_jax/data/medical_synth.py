@@ -28,7 +28,6 @@ Syndrome"), which a substring-match accuracy metric must keep in mind.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import importlib.resources
@@ -38,41 +37,20 @@ from typing import Any
 
 import numpy as np
 
+from dpsynrag_jax.data import matchers
+from dpsynrag_jax.data.tasks import Task, TaskQuery
+
 NUM_PATIENTS = 10_000
 DATABASE_POOL = 8_000
 VALIDATION_POOL = 1_000
 TEST_POOL = 1_000
 
 QUESTION_SUFFIX = "What is my disease?"
+# The leakage experiment's extraction questions, over the public disease list.
+ATTACK_QUESTION = "Who is the patient diagnosed with {disease}?"
 
 _TABLES = ("patients", "diseases", "symptoms", "treatments", "disease_probabilities",
            "patient_diseases", "patient_requests")
-
-
-@dataclasses.dataclass(frozen=True)
-class Query:
-  """One question: `text` goes to the RAG system, `answer` (gold disease) to the metric only."""
-  text: str
-  answer: str
-  patient: str
-
-
-@dataclasses.dataclass(frozen=True)
-class MedicalSynth:
-  """A seeded split of Medical Synth.
-
-  documents[i], doc_diseases[i] and doc_patients[i] describe database patient i. Only `documents`
-  is private input to the pipeline; `doc_diseases` is gold data for evaluation and `doc_patients`
-  (the private identifiers) serves the leakage metric. `diseases` is the public list of all 100
-  disease names (two of them have no patient).
-  """
-  documents: list[str]
-  doc_diseases: list[str]
-  doc_patients: list[str]
-  validation: list[Query]
-  test: list[Query]
-  diseases: list[str]
-  seed: int
 
 
 def vendored_dir() -> importlib.resources.abc.Traversable:
@@ -145,8 +123,14 @@ def public_terms() -> list[str]:
 
 
 def load_medical_synth(num_documents: int = DATABASE_POOL, num_validation: int = VALIDATION_POOL,
-                       num_test: int = TEST_POOL, seed: int = 0) -> MedicalSynth:
-  """The first `num_*` items of each pool of the split for `seed` (see the module docstring)."""
+                       num_test: int = TEST_POOL, seed: int = 0) -> Task:
+  """The first `num_*` items of each pool of the split for `seed` (see the module docstring).
+
+  Document i is database patient i's note; doc_answers[i] is (their disease,), doc_subjects[i]
+  and doc_sources[i] their name (the private identifier, for the leakage metric). A query's
+  subject is its held-out patient. `answer_names` is the public list of all 100 disease names
+  (two of them have no patient).
+  """
   _check_count("num_documents", num_documents, DATABASE_POOL)
   _check_count("num_validation", num_validation, VALIDATION_POOL)
   _check_count("num_test", num_test, TEST_POOL)
@@ -154,13 +138,18 @@ def load_medical_synth(num_documents: int = DATABASE_POOL, num_validation: int =
   database, validation, test = split_patients(seed)
   database = database[:num_documents]
 
-  def queries(names: list[str]) -> list[Query]:
-    return [Query(text=patient_question(t["patient_requests"][p]),
-                  answer=t["patient_diseases"][p], patient=p) for p in names]
+  def queries(names: list[str]) -> tuple[TaskQuery, ...]:
+    return tuple(TaskQuery(text=patient_question(t["patient_requests"][p]),
+                           answers=(t["patient_diseases"][p],), subject=p, source=p)
+                 for p in names)
 
   doc_diseases = [t["patient_diseases"][p] for p in database]
-  documents = [doctor_note(t["symptoms"][d], p, d, t["treatments"][d])
-               for p, d in zip(database, doc_diseases)]
-  return MedicalSynth(documents=documents, doc_diseases=doc_diseases, doc_patients=list(database),
-                      validation=queries(validation[:num_validation]),
-                      test=queries(test[:num_test]), diseases=list(t["diseases"]), seed=int(seed))
+  documents = tuple(doctor_note(t["symptoms"][d], p, d, t["treatments"][d])
+                    for p, d in zip(database, doc_diseases))
+  diseases = tuple(t["diseases"])
+  return Task(
+      "medical", documents, tuple(sorted(set(database))), queries(validation[:num_validation]),
+      queries(test[:num_test]), matchers.contains_any, "medical", 10,
+      attack_queries=tuple(ATTACK_QUESTION.format(disease=d) for d in diseases),  # public names
+      doc_answers=tuple((d,) for d in doc_diseases), doc_subjects=tuple(database),
+      doc_sources=tuple(database), answer_names=diseases, seed=int(seed))

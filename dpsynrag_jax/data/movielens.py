@@ -49,7 +49,6 @@ of a big run's for the same seed and folder, and no query user is ever a databas
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from typing import Sequence
@@ -57,7 +56,9 @@ from typing import Sequence
 import numpy as np
 
 from dpsynrag_jax.data.counts import check_count
+from dpsynrag_jax.data import matchers
 from dpsynrag_jax.data.matchers import display_title
+from dpsynrag_jax.data.tasks import Task, TaskQuery
 from dpsynrag_jax.data.movielens_files import (GENRES, LAYOUT_FILES, Movie, MovieLensError,
                                                User, detect_layout, read_movies, read_ratings,
                                                read_users)
@@ -106,37 +107,6 @@ _LAST = (
     "Woodhouse", "Worthington", "Yarborough", "Yoshida", "Zabriskie", "Zeller", "Zimmerman",
     "Zielinski", "Zorrilla")
 _NAME_SEED = 20251008
-
-@dataclasses.dataclass(frozen=True)
-class MovieQuery:
-  """One question: `text` goes to the RAG system, `answers` (the user's favourites, display
-  titles) to the metric only; `user` is the held-out user's pseudonym, never in the text."""
-  text: str
-  answers: list[str]
-  user: str
-  user_id: int
-
-
-@dataclasses.dataclass(frozen=True)
-class MovieLens:
-  """A seeded split of MovieLens (module docstring has every rule).
-
-  documents[i], doc_users[i], doc_user_ids[i] and doc_favourites[i] describe database user i.
-  Only `documents` is private input to the pipeline; `doc_users` (the pseudonyms, the private
-  identifiers) serves the leakage metric and `doc_favourites` is gold data. `movies` lists the
-  display titles of the top movies, most rated first; it is computed from every rating, so it is
-  for evaluation and reports, not a public input of the private pipeline.
-  """
-  documents: list[str]
-  doc_users: list[str]
-  doc_user_ids: list[int]
-  doc_favourites: list[list[str]]
-  validation: list[MovieQuery]
-  test: list[MovieQuery]
-  movies: list[str]
-  layout: str
-  seed: int
-
 
 # ---------------------------------------------------------------- text templates
 
@@ -255,10 +225,18 @@ def _check_positive(name: str, value: int) -> None:
 def load_movielens(path: str | os.PathLike, *, num_documents: int | None = None,
                    num_validation: int | None = None, num_test: int | None = None,
                    seed: int = 0, top_movies: int = 30, favourites: int = 10,
-                   min_rated: int = 5) -> MovieLens:
+                   min_rated: int = 5) -> Task:
   """The first `num_*` items of each pool for `seed` (None: the whole pool), from the ml-100k or
   ml-1m folder `path`. Raises MovieLensError for a missing folder or file, an unknown layout or a
-  malformed line (naming the file and line)."""
+  malformed line (naming the file and line).
+
+  Document i is database user i's profile; doc_answers[i] their favourites (display titles),
+  doc_subjects[i] their pseudonym (the private identifier, for the leakage metric) and
+  doc_sources[i] their user id. A query's subject is its held-out user's pseudonym (never in
+  its text), its source their user id. `answer_names` lists the display titles of the top
+  movies, most rated first; it is computed from every rating, so it is for evaluation and
+  reports, not a public input of the private pipeline. provenance["layout"] is the layout read.
+  """
   for name, value in (("top_movies", top_movies), ("favourites", favourites),
                       ("min_rated", min_rated)):
     _check_positive(name, value)
@@ -282,14 +260,18 @@ def load_movielens(path: str | os.PathLike, *, num_documents: int | None = None,
   def liked(uid: int) -> list[Movie]:
     return [movies[m] for m in kept[uid]]
 
-  def queries(ids: list[int]) -> list[MovieQuery]:
-    return [MovieQuery(text=user_question(users[u], liked(u)),
-                       answers=[display_title(m.title) for m in liked(u)], user=names[u],
-                       user_id=u) for u in ids]
+  def favourite_titles(uid: int) -> tuple[str, ...]:
+    return tuple(display_title(m.title) for m in liked(uid))
 
-  return MovieLens(
-      documents=[user_document(names[u], users[u], liked(u)) for u in database],
-      doc_users=[names[u] for u in database], doc_user_ids=list(database),
-      doc_favourites=[[display_title(m.title) for m in liked(u)] for u in database],
-      validation=queries(validation), test=queries(test),
-      movies=[display_title(movies[m].title) for m in top], layout=layout, seed=int(seed))
+  def queries(ids: list[int]) -> tuple[TaskQuery, ...]:
+    return tuple(TaskQuery(text=user_question(users[u], liked(u)), answers=favourite_titles(u),
+                           subject=names[u], source=u) for u in ids)
+
+  return Task(
+      "movielens", tuple(user_document(names[u], users[u], liked(u)) for u in database),
+      tuple(sorted({names[u] for u in database})), queries(validation), queries(test),
+      matchers.answer_names_any, "movielens", 15,
+      doc_answers=tuple(favourite_titles(u) for u in database),
+      doc_subjects=tuple(names[u] for u in database), doc_sources=tuple(database),
+      answer_names=tuple(display_title(movies[m].title) for m in top), seed=int(seed),
+      provenance={"layout": layout})

@@ -59,6 +59,7 @@ import numpy as np
 
 from dpsynrag_jax.data.counts import check_count
 from dpsynrag_jax.data.matchers import answer_contains_any, collapse_whitespace
+from dpsynrag_jax.data.tasks import Task, TaskQuery
 
 SNIPPET_MARKER = "[DOC]"
 TITLE_MARKER = "[TLE]"
@@ -70,34 +71,6 @@ _SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz")
 
 class SearchQAError(ValueError):
   """The SearchQA folder is missing, of an unknown layout, or a file breaks its format."""
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchQAQuery:
-  """One question: `text` goes to the RAG system, `answers` (gold, cleaned) to the metric only."""
-  text: str
-  answers: list[str]
-  question_id: str
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchQA:
-  """A seeded split of SearchQA (module docstring has every rule).
-
-  documents[i] is snippet i; doc_titles[i] its page title ("" if none) and doc_question_ids[i]
-  the question it was retrieved for (evaluation only). `files` lists what was read, in order;
-  `dropped_questions` counts questions under `min_answer_snippets`, `dropped_snippets` the
-  pieces without text among the kept questions' snippets.
-  """
-  documents: list[str]
-  doc_titles: list[str]
-  doc_question_ids: list[str]
-  validation: list[SearchQAQuery]
-  test: list[SearchQAQuery]
-  files: list[str]
-  dropped_questions: int
-  dropped_snippets: int
-  seed: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,10 +264,17 @@ def _answer_snippets(q: _Question) -> int:
 
 def load_searchqa(path: str | os.PathLike, *, num_documents: int | None = None,
                   num_validation: int | None = None, num_test: int | None = None,
-                  seed: int = 0, min_answer_snippets: int = 1) -> SearchQA:
+                  seed: int = 0, min_answer_snippets: int = 1) -> Task:
   """The first `num_*` items of each list for `seed` (None: all of it), from the SearchQA folder
   (or file) `path`. Raises SearchQAError for a missing path, no data file, or a malformed file,
-  line or record (naming it)."""
+  line or record (naming it).
+
+  Document i is snippet i; doc_sources[i] is the question it was retrieved for (evaluation
+  only) and a query's source its question id. provenance: "files" read, in order;
+  "doc_titles" (each snippet's page title, "" if none); "dropped_questions" (under
+  `min_answer_snippets`) and "dropped_snippets" (pieces without text among the kept
+  questions' snippets).
+  """
   if (isinstance(min_answer_snippets, bool) or not isinstance(min_answer_snippets, int)
       or min_answer_snippets < 0):
     raise ValueError(f"min_answer_snippets must be an int >= 0, got {min_answer_snippets!r}.")
@@ -308,12 +288,14 @@ def load_searchqa(path: str | os.PathLike, *, num_documents: int | None = None,
   pairs = [(q.question_id, s) for q in order for s in q.snippets]
   pairs = pairs[:check_count("num_documents", num_documents, len(pairs))]
 
-  def queries(qs: list[_Question]) -> list[SearchQAQuery]:
-    return [SearchQAQuery(text=q.text, answers=list(q.answers), question_id=q.question_id)
-            for q in qs]
+  def queries(qs: list[_Question]) -> tuple[TaskQuery, ...]:
+    return tuple(TaskQuery(text=q.text, answers=tuple(q.answers), source=q.question_id)
+                 for q in qs)
 
-  return SearchQA(
-      documents=[snippet_document(*s) for _, s in pairs], doc_titles=[s[0] for _, s in pairs],
-      doc_question_ids=[qid for qid, _ in pairs], validation=queries(validation),
-      test=queries(test), files=list(files), dropped_questions=len(questions) - len(kept),
-      dropped_snippets=sum(q.dropped_snippets for q in kept), seed=int(seed))
+  return Task(
+      "searchqa", tuple(snippet_document(*s) for _, s in pairs), (), queries(validation),
+      queries(test), answer_contains_any, None, 10, doc_sources=tuple(qid for qid, _ in pairs),
+      seed=int(seed),
+      provenance={"files": list(files), "doc_titles": [s[0] for _, s in pairs],
+                  "dropped_questions": len(questions) - len(kept),
+                  "dropped_snippets": sum(q.dropped_snippets for q in kept)})
