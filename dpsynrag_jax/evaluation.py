@@ -172,16 +172,62 @@ def _make_method(name, config, task, lm, encoder, seed, workdir, num_queries, sy
   raise ValueError(f"Unknown method {name!r}; expected one of {sorted(METHOD_NAMES)}.")
 
 
+ANSWER_CHUNK = 10   # questions answered between two appends to the answer log
+
+
+def _question_digest(text: str) -> str:
+  return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def answer_resumably(method: baselines.Method, questions: Sequence[str],
+                     log_path: str | None) -> tuple[baselines.Answers, float]:
+  """method.answer over `questions`, appending every ANSWER_CHUNK answers to the JSONL
+  `log_path`, so that a run cut off resumes after the last chunk logged; (answers, seconds
+  spent answering over every run). With log_path None, one call and nothing written.
+
+  Answers read back are not asked again; `method.skip` accounts for them (DP-RAG charges
+  their budget and uses up their keys), so a resumed run gives what an uninterrupted one
+  gives. The log holds the texts each answer saw (private documents for RAG and DP-RAG): it
+  belongs under a work dir's private/ side.
+  """
+  if log_path is None:
+    start = time.time()
+    return method.answer(list(questions)), time.time() - start
+  done = wd_lib.read_jsonl(log_path)
+  if len(done) > len(questions) or any(
+      r["question"] != _question_digest(q) for r, q in zip(done, questions)):
+    raise ValueError(f"{log_path} logs answers to other questions than these; delete it to "
+                     "answer again.")
+  os.makedirs(os.path.dirname(log_path), exist_ok=True)
+  # Rewrite what was read, so a torn last line is not followed by new records.
+  wd_lib.atomic_write_text(log_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in done))
+  method.skip(len(done))
+  for begin in range(len(done), len(questions), ANSWER_CHUNK):
+    chunk = list(questions[begin:begin + ANSWER_CHUNK])
+    start = time.time()
+    out = method.answer(chunk)
+    seconds = (time.time() - start) / len(chunk)
+    records = [{"question": _question_digest(q), "answer": a, "context": list(c),
+                "seconds": round(seconds, 3)} for q, a, c in zip(chunk, out.answers, out.contexts)]
+    wd_lib.append_jsonl(log_path, records)
+    done.extend(records)
+  return (baselines.Answers([r["answer"] for r in done], [r["context"] for r in done]),
+          sum(r["seconds"] for r in done))
+
+
 def evaluate_method(method: baselines.Method, task: Task, queries,
-                    attacks: Sequence[str] = ()) -> dict:
+                    attacks: Sequence[str] = (), log_dir: str | None = None) -> dict:
   """Builds, answers and scores one method; the row of the results table.
 
   `attacks` are extraction questions asked after the benign ones; only their leakage counts.
+  With `log_dir` (private: it holds what each answer saw), answers are logged as they come
+  (answer_resumably) and a rerun after a crash continues from the last logged chunk.
   """
   start = time.time()
   method.build()
   built = time.time()
-  out = method.answer([q.text for q in queries])
+  log = (lambda part: os.path.join(log_dir, f"{part}.jsonl")) if log_dir else (lambda part: None)
+  out, seconds_answer = answer_resumably(method, [q.text for q in queries], log("benign"))
   attack_answers = []
   if attacks:
     # Extraction questions go through the generic reader prompt: a task prompt that asks for a
@@ -189,7 +235,9 @@ def evaluate_method(method: baselines.Method, task: Task, queries,
     reader = getattr(method, "reader", None)
     if reader is not None:
       method.reader = rag_answer.reader_prompt("paper")
-    attack_answers = method.answer(list(attacks)).answers
+    attack_out, attack_seconds = answer_resumably(method, list(attacks), log("attacks"))
+    attack_answers = attack_out.answers
+    seconds_answer += attack_seconds
     if reader is not None:
       method.reader = reader
   golds = [q.answers for q in queries]
@@ -209,7 +257,7 @@ def evaluate_method(method: baselines.Method, task: Task, queries,
       "epsilon": method.epsilon,
       "questions": len(queries),
       "seconds_build": round(built - start, 1),
-      "seconds_answer": round(time.time() - built, 1),
+      "seconds_answer": round(seconds_answer, 1),
       "examples": [{"question": q.text, "gold": list(q.answers), "answer": a}
                    for q, a in list(zip(queries, out.answers))[:3]],
       "attack_examples": [{"question": q, "answer": a}

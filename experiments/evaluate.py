@@ -7,7 +7,9 @@ each finishes, so a rerun skips finished rows), results.json, table.md and accur
 keyed by a digest of everything that decides its result (`method_settings`): a rerun with other
 settings in the same work dir computes new rows, and the tables show the current settings'
 rows only. DP-SynRAG builds go to WORKDIR/dp_synrag/<dataset>_seed<s>_<config digest>/ and are
-shared by every app run in the same work dir with an equal pipeline config.
+shared by every app run in the same work dir with an equal pipeline config. Answers are logged
+every 10 questions to WORKDIR/private/answers/<row key>/ (they hold the texts each answer saw),
+so a rerun after a crash continues inside a method too, with the same answers and keys.
 """
 
 from __future__ import annotations
@@ -47,8 +49,11 @@ def run(config, workdir: str, tables: bool = True) -> list[dict]:
           continue
         logging.info("Evaluating %s on %s, seed %d.", METHOD_NAMES[name], dataset, seed)
         method = make_method(name, config, task, lm, encoder, seed, workdir, num_queries)
+        # Answers are logged as they come (private: the texts each answer saw), so a run cut
+        # off mid-method resumes from its last logged chunk.
+        log_dir = os.path.join(workdir, wd_lib.PRIVATE, "answers", key)
         row = {"dataset": dataset, "method": METHOD_NAMES[name], "seed": seed,
-               "settings": key, **evaluate_method(method, task, task.test, attacks)}
+               "settings": key, **evaluate_method(method, task, task.test, attacks, log_dir)}
         if name == "dp_synrag":
           row["build"] = os.path.relpath(method.workdir, workdir)
         wd_lib.append_jsonl(results_path, [row])

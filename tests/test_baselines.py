@@ -115,3 +115,47 @@ def test_metrics():
   assert metrics.leakage(["Ana Ruiz has it", "nobody", "ANA RUIZ again"], ["Ana Ruiz"]) == 2
   assert metrics.leaked_names("Ana Ruiz and Bo Li", ["Bo Li", "Cy Xu"]) == ["Bo Li"]
   assert np.isnan(metrics.accuracy([], [], lambda t, a: True))
+
+
+@pytest.mark.slow
+def test_an_interrupted_dp_rag_run_resumes_to_the_uninterrupted_answers(models, task, tmp_path,
+                                                                         monkeypatch):
+  """The answer log: a run killed after two chunks continues from the third, charging the
+  logged questions and using up their keys, so answers, contexts and epsilon equal one
+  uninterrupted run's, and no question is asked twice."""
+  from dpsynrag_jax import evaluation  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(evaluation, "ANSWER_CHUNK", 2)
+  lm, encoder = models
+  questions = _questions(task)   # 6: three chunks
+
+  def dp_rag():
+    method = DPRAG(lm, encoder, task, epsilon_total=60.0, num_queries=6, k=4, T=3)
+    method.build()
+    return method
+
+  whole, _ = evaluation.answer_resumably(dp_rag(), questions, None)
+  log = str(tmp_path / "private" / "benign.jsonl")
+  first = dp_rag()
+  real_answer, calls = first.answer, []
+
+  def dies_on_the_third_chunk(chunk):
+    if len(calls) == 2:
+      raise KeyboardInterrupt
+    calls.append(list(chunk))
+    return real_answer(chunk)
+
+  first.answer = dies_on_the_third_chunk
+  with pytest.raises(KeyboardInterrupt):
+    evaluation.answer_resumably(first, questions, log)
+  second = dp_rag()
+  real_second, asked = second.answer, []
+  second.answer = lambda chunk: asked.append(list(chunk)) or real_second(chunk)
+  resumed, _ = evaluation.answer_resumably(second, questions, log)
+  assert asked == [questions[4:]]
+  assert resumed.answers == whole.answers and resumed.contexts == whole.contexts
+  reference = dp_rag()
+  reference.answer(questions)
+  assert second.epsilon == pytest.approx(reference.epsilon)
+  assert second.asked == 6
+  with pytest.raises(ValueError, match="other questions"):
+    evaluation.answer_resumably(dp_rag(), questions[::-1], log)

@@ -39,6 +39,12 @@ class Method(abc.ABC):
   def answer(self, questions: Sequence[str]) -> Answers:
     """Answers and the texts each answer saw."""
 
+  def skip(self, count: int) -> None:
+    """The next `count` questions were answered by an earlier run of this same method (their
+    answers are read back, not asked again): account for them as if asked. A method whose
+    answers draw no per-question noise and spend no per-question budget needs nothing."""
+    del count
+
   @property
   @abc.abstractmethod
   def epsilon(self) -> float:

@@ -101,12 +101,7 @@ class DPRAG(Method):
     for q, vector in tqdm.tqdm(list(zip(questions, query_vectors)), desc="DP-RAG questions",
                                unit="question", disable=len(questions) < 2):
       key = question_key(self.seed, self.session, self.asked)
-      # Charged before the mechanisms run; raises BudgetExceededError past the plan.
-      self.ledger.record(privacy.make_entry("exponential", {"epsilon": self.eps_r},
-                                            label=f"query {self.asked} retrieval"))
-      self.ledger.record_tokens(None, self.T, self.c, self.tau,
-                                label=f"query {self.asked} tokens")
-      self.asked += 1
+      self._charge_next_question()
       scores = self.embeddings @ vector
       keep = np.asarray(_select(jax.random.fold_in(key, 0), jnp.asarray(scores),
                                 jnp.int32(self.k), jnp.float32(self.eps_r)))
@@ -118,6 +113,20 @@ class DPRAG(Method):
       answers.append(predictor.text(tokens))
       contexts.append(docs)  # evaluation only (context recall); never released
     return Answers(answers, contexts)
+
+  def _charge_next_question(self) -> None:
+    # Charged before the mechanisms run; raises BudgetExceededError past the plan.
+    self.ledger.record(privacy.make_entry("exponential", {"epsilon": self.eps_r},
+                                          label=f"query {self.asked} retrieval"))
+    self.ledger.record_tokens(None, self.T, self.c, self.tau, label=f"query {self.asked} tokens")
+    self.asked += 1
+
+  def skip(self, count: int) -> None:
+    """Questions answered by an earlier run: their cost is charged again and their keys are
+    used up, so the next question draws the key it would have drawn without the interruption
+    (no two questions share noise, and a resumed run answers as an uninterrupted one)."""
+    for _ in range(count):
+      self._charge_next_question()
 
   @property
   def epsilon(self) -> float:
