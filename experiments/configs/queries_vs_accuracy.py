@@ -23,10 +23,10 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
   if arg == "cpu":
     config.epsilons = "3,10"
     config.num_questions = 20
-  elif arg == "paper_cpu":
+  elif arg in ("paper_cpu", "movielens_cpu"):
     config.epsilons = "10"
     config.query_counts = "1,5,10,20"
-    config.num_questions = 50
+    config.num_questions = 50 if arg == "paper_cpu" else 85   # MovieLens: every test question
   elif arg == "tiny":
     config.query_counts = "1,3"
     config.epsilons = "3,10"
