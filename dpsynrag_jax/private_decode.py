@@ -178,21 +178,33 @@ class PrivatePredictor:
     self._assemble(lm, selector, T, prompt, mesh, params)
 
   def _assemble(self, lm, selector: PrivateTokenSelector, T: int, prompt: str, mesh: Mesh,
-                params) -> None:
+                params, shared_until: str | None = None) -> None:
     """Sets every field; the prompt's shared prefix is prefilled here."""
     if "{d}" not in prompt:
       raise ValueError("The prompt template needs a {d} slot for the document.")
+    if shared_until is not None and shared_until not in prompt.split("{d}")[0]:
+      raise ValueError(f"shared_until {shared_until!r} does not occur in the prompt before "
+                       "its {d} slot.")
     self.lm, self.selector, self.T, self.prompt, self.mesh = lm, selector, T, prompt, mesh
+    self.shared_until = shared_until
     self._params = params   # replicated over the mesh
     self.prefix = self._shared_prefix()
     self._prefix_kv = jax.device_put(self._prefix_cache(), NamedSharding(mesh, PartitionSpec()))
     self._public_suffix_tokens = None   # the prompt with no document, tokenised on first use
 
-  def with_prompt(self, prompt: str) -> "PrivatePredictor":
+  def with_prompt(self, prompt: str, shared_until: str | None = None) -> "PrivatePredictor":
     """The same mechanism, devices and replicated parameters with another prompt template
-    (DP-RAG: one per question); only the shared prefix is prefilled again."""
+    (DP-RAG: one per question); only the shared prefix is prefilled again.
+
+    shared_until: where the shared prefix ends, if before the {d} slot: the prompt's text
+    from its first occurrence on goes into every row's suffix instead. DP-RAG cuts before the
+    question, so the prefix (and with it every compiled program's shapes) is the same for all
+    questions: a prefix that ends after the question has a new length, hence new programs to
+    compile, at every question (which, on CPU, ran out of JIT code memory after ~150).
+    """
     other = PrivatePredictor.__new__(PrivatePredictor)
-    other._assemble(self.lm, self.selector, self.T, prompt, self.mesh, self._params)
+    other._assemble(self.lm, self.selector, self.T, prompt, self.mesh, self._params,
+                    shared_until)
     return other
 
   @property
@@ -203,9 +215,18 @@ class PrivatePredictor:
 
   def _shared_prefix(self) -> list[int]:
     """Tokens every prompt starts with (chat template and instruction up to the document)."""
-    text = self.lm.chat_prompt(self.prompt.format(d=_SENTINEL))
-    before = text.split(_SENTINEL)[0].rstrip(" ")
-    return self.lm.encode([before])[0]
+    filled = self.prompt.format(d=_SENTINEL)
+    text = self.lm.chat_prompt(filled)
+    before = text.split(_SENTINEL)[0]
+    if self.shared_until is not None:
+      # Cut at shared_until's first occurrence in the prompt's own text (not in the chat
+      # template's opening, nor in a question that happens to contain it).
+      own = filled.split(_SENTINEL)[0]
+      if own not in before:
+        raise ValueError("The chat template does not hold the prompt verbatim; shared_until "
+                         "cannot be placed.")
+      before = before[:before.index(own) + own.index(self.shared_until)]
+    return self.lm.encode([before.rstrip(" ")])[0]
 
   def _prefix_cache(self):
     p = len(self.prefix)

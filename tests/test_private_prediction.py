@@ -178,3 +178,28 @@ def test_an_empty_cluster_is_drawn_without_the_model_and_identically(tiny_lm):
   assert not prior.decodes_empty_without_model   # the public row must be decoded
   with pytest.raises(ValueError, match="public row"):
     prior.decode_empty(jax.random.PRNGKey(0))
+
+
+def test_dp_rag_questions_of_any_length_share_compiled_programs(tiny_lm):
+  """DP-RAG's shared prefix ends before the question, so questions of different lengths
+  trace nothing new (each new prefix length used to compile new programs, until the CPU's
+  JIT code memory ran out), and every row still reads the whole prompt, token for token."""
+  from dpsynrag_jax.baselines.dp_rag import answer_template  # pylint: disable=g-import-not-at-top
+  pp = PrivatePredictor(tiny_lm, c=0.3, tau=1.0, T=3)
+  questions = ["What is my disease?", "Who is the patient diagnosed with Snurflesinus?",
+               "Question: is this a question?"]
+  for i, q in enumerate(questions):
+    per_question = pp.with_prompt(answer_template(q), shared_until="Question:")
+    whole = pp.with_prompt(answer_template(q))
+    assert per_question.prefix == pp.with_prompt(answer_template("x"), "Question:").prefix
+    rows = per_question.suffixes([NOTE] * 5)
+    assert per_question.prefix + rows[0] == whole.prefix + whole.suffixes([NOTE])[0]
+    if i == 1:
+      before = dict(inference.TRACE_COUNTS)
+    assert per_question.shape_of(rows) == (16, 96)   # the same buckets for all three
+    per_question.decode_group([rows], [jax.random.PRNGKey(i)], per_question.shape_of(rows))
+  assert {k: inference.TRACE_COUNTS[k] - before.get(k, 0)
+          for k in ("private_prefill", "private_decode")} == {"private_prefill": 0,
+                                                             "private_decode": 0}
+  with pytest.raises(ValueError, match="shared_until"):
+    pp.with_prompt(answer_template("q"), shared_until="Document:x")

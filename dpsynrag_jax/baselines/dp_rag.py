@@ -106,7 +106,9 @@ class DPRAG(Method):
       keep = np.asarray(_select(jax.random.fold_in(key, 0), jnp.asarray(scores),
                                 jnp.int32(self.k), jnp.float32(self.eps_r)))
       docs = [self.task.documents[i] for i in np.flatnonzero(keep)]
-      predictor = self.predictor.with_prompt(answer_template(q))
+      # The shared prefix ends before the question: every question then reuses the same
+      # compiled programs (the question's tokens are prefilled in each row instead).
+      predictor = self.predictor.with_prompt(answer_template(q), shared_until="Question:")
       suffixes = predictor.suffixes(docs)
       (tokens,) = predictor.decode_group([suffixes], [jax.random.fold_in(key, 1)],
                                          predictor.shape_of(suffixes))
