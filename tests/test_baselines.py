@@ -128,8 +128,11 @@ def test_an_interrupted_dp_rag_run_resumes_to_the_uninterrupted_answers(models, 
   lm, encoder = models
   questions = _questions(task)   # 6: three chunks
 
+  embeddings = encoder.embed(list(task.documents))   # shared: each method would embed again
+
   def dp_rag():
-    method = DPRAG(lm, encoder, task, epsilon_total=60.0, num_queries=6, k=4, T=3)
+    method = DPRAG(lm, encoder, task, epsilon_total=60.0, num_queries=6, k=4, T=3,
+                   embeddings=embeddings)
     method.build()
     return method
 
