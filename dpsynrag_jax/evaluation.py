@@ -119,7 +119,7 @@ def method_settings(name: str, config, task: Task, seed: int, num_queries: int,
     return {**shared, "epsilon": config.epsilon, "delta": config.delta,
             "self_filter": bool(config.self_filter), **config.dp_synth.to_dict()}
   if name == "dp_rag":
-    return {**shared, "delta": config.delta, "budget": dp_rag_budget(config, num_queries),
+    return {**shared, "delta": config.delta, **dp_rag_budget(config, num_queries),
             "queries": num_queries, **config.dp_rag.to_dict()}
   if name == "aug_pe":
     return {**shared, "epsilon": config.epsilon, "delta": config.delta,
@@ -127,10 +127,13 @@ def method_settings(name: str, config, task: Task, seed: int, num_queries: int,
   return shared
 
 
-def dp_rag_budget(config, num_queries: int) -> float:
-  """DP-RAG's eps_total: per-query epsilon x questions (the paper's Table 1) or config.epsilon."""
+def dp_rag_budget(config, num_queries: int) -> dict:
+  """DP-RAG's budget: epsilon per question, each calibrated alone (the paper's Table 1), or
+  config.epsilon over all num_queries questions jointly (dp_rag.epsilon_per_query = 0)."""
   per_query = config.dp_rag.get("epsilon_per_query", 0.0)
-  return per_query * num_queries if per_query > 0 else config.epsilon
+  if per_query > 0:
+    return {"per_question": per_query}
+  return {"budget": config.epsilon}
 
 
 def make_method(name: str, config, task: Task, lm, encoder, seed: int, workdir: str,
@@ -161,7 +164,10 @@ def _make_method(name, config, task, lm, encoder, seed, workdir, num_queries, sy
                                                       task.self_filter_prompt))
   if name == "dp_rag":
     r = config.dp_rag
-    return baselines.DPRAG(lm, encoder, task, epsilon_total=dp_rag_budget(config, num_queries),
+    per_question = r.get("epsilon_per_query", 0.0)
+    budget = ({"epsilon_per_question": per_question} if per_question > 0
+              else {"epsilon_total": config.epsilon})
+    return baselines.DPRAG(lm, encoder, task, **budget,
                            num_queries=num_queries, delta=config.delta, k=r.k, T=r.T,
                            omega=r.omega, retrieval_share=r.retrieval_share, seed=seed)
   if name == "aug_pe":

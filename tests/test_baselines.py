@@ -162,3 +162,25 @@ def test_an_interrupted_dp_rag_run_resumes_to_the_uninterrupted_answers(models, 
   assert second.asked == 6
   with pytest.raises(ValueError, match="other questions"):
     evaluation.answer_resumably(dp_rag(), questions[::-1], log)
+
+
+def test_dp_rag_calibrated_per_question_spends_what_its_questions_compose_to(models, task):
+  """The paper's Table 1 protocol: every question alone is (10, delta)-DP, whatever the number
+  of questions; the ledger's total is their composition (zCDP adds), far below 10 x n. A joint
+  budget of 10 x n instead gives each question more (a larger c) than eps 10."""
+  lm, encoder = models
+  one = DPRAG(lm, encoder, task, epsilon_per_question=10.0, num_queries=1, k=8, T=70)
+  many = DPRAG(lm, encoder, task, epsilon_per_question=10.0, num_queries=150, k=8, T=70)
+  assert (many.c, many.eps_r) == (one.c, one.eps_r)
+  one.skip(1)
+  assert one.epsilon == pytest.approx(10.0, rel=1e-9)
+  many.skip(150)
+  rho = privacy.eps_to_zcdp(10.0, 1e-3)
+  assert many.epsilon == pytest.approx(privacy.zcdp_to_eps(150 * rho, 1e-3), rel=1e-9)
+  assert 10 < many.epsilon < 0.3 * 1500
+  with pytest.raises(privacy.BudgetExceededError):
+    many.skip(1)
+  joint = DPRAG(lm, encoder, task, epsilon_total=1500.0, num_queries=150, k=8, T=70)
+  assert joint.c > 1.9 * many.c
+  with pytest.raises(ValueError, match="exactly one"):
+    DPRAG(lm, encoder, task, num_queries=1)

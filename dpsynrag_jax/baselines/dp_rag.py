@@ -54,8 +54,12 @@ def _select(key, scores, k, eps_r):
 class DPRAG(Method):
   """Args:
     task: documents and top_k-style settings.
-    epsilon_total, delta: budget for ALL planned questions together.
-    num_queries: questions the budget is split over.
+    epsilon_total, delta: budget for ALL planned questions together, calibrated jointly.
+    epsilon_per_question: instead of epsilon_total, calibrate each question alone to
+      (epsilon_per_question, delta), as the paper's Table 1 does (eps 10 per question); the
+      budget is then what num_queries such questions compose to (privacy.dp_rag_epsilon),
+      less than num_queries x epsilon_per_question.
+    num_queries: questions the budget is planned for.
     k: target number of retrieved documents per question.
     retrieval_share: fraction of each question's rho spent on the threshold.
     T, tau, omega: answer tokens, temperature, public prior weight.
@@ -66,22 +70,32 @@ class DPRAG(Method):
   """
   name = "DP-RAG"
 
-  def __init__(self, lm, encoder, task: Task, *, epsilon_total: float, num_queries: int,
+  def __init__(self, lm, encoder, task: Task, *, num_queries: int,
+               epsilon_total: float | None = None, epsilon_per_question: float | None = None,
                delta: float = 1e-3, k: int = 20, retrieval_share: float = 0.1, T: int = 30,
                tau: float = 1.0, omega: float = 0.01, seed: int = 0,
                embeddings: np.ndarray | None = None, accountant: str = "closed_form",
                session: int = 0):
     if num_queries < 1:
       raise ValueError("num_queries must be >= 1.")
+    if (epsilon_total is None) == (epsilon_per_question is None):
+      raise ValueError("Give exactly one of epsilon_total and epsilon_per_question.")
     if not 0 < retrieval_share < 1:
       raise ValueError("retrieval_share must be in (0, 1).")
     self.lm, self.encoder, self.task = lm, encoder, task
     self.k, self.T, self.tau, self.omega = k, T, tau, omega
     self.seed = privacy.check_seed(seed)
     self.session = int(session)
-    self.eps_r, self.c = privacy.calibrate_dp_rag(
-        epsilon_total, delta, num_queries=num_queries, T=T, tau=tau,
-        retrieval_share=retrieval_share, accountant=accountant)
+    if epsilon_per_question is not None:
+      self.eps_r, self.c = privacy.calibrate_dp_rag(
+          epsilon_per_question, delta, num_queries=1, T=T, tau=tau,
+          retrieval_share=retrieval_share, accountant=accountant)
+      epsilon_total = privacy.dp_rag_epsilon(num_queries, self.eps_r, self.c, T=T, tau=tau,
+                                             delta=delta, accountant=accountant)
+    else:
+      self.eps_r, self.c = privacy.calibrate_dp_rag(
+          epsilon_total, delta, num_queries=num_queries, T=T, tau=tau,
+          retrieval_share=retrieval_share, accountant=accountant)
     self.ledger = privacy.PrivacyLedger(epsilon_total, delta, accountant=accountant)
     self.embeddings = embeddings
     self.predictor = None

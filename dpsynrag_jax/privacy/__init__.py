@@ -14,6 +14,7 @@ from dpsynrag_jax.privacy.accounting import Calibration
 from dpsynrag_jax.privacy.accounting import calibrate
 from dpsynrag_jax.privacy.accounting import calibrate_c
 from dpsynrag_jax.privacy.accounting import calibrate_dp_rag
+from dpsynrag_jax.privacy.accounting import dp_rag_epsilon
 from dpsynrag_jax.privacy.accounting import calibrate_dp_synth
 from dpsynrag_jax.privacy.accounting import cluster_dp_event
 from dpsynrag_jax.privacy.accounting import eps_to_zcdp

@@ -257,6 +257,24 @@ def calibrate_dp_synth(epsilon: float, delta: float, *, T: int, tau: float = 1.0
                      rho_of_c=lambda c: costs.tokens_rho(T, c, tau), what="Nothing")
 
 
+def _dp_rag_question(eps_r: float, T: int, c: float, tau: float) -> dp_accounting.DpEvent:
+  """One DP-RAG question: its retrieval threshold, then T tokens."""
+  return dp_accounting.ComposedDpEvent([costs.exponential_event(eps_r),
+                                        costs.tokens_event(T, c, tau)])
+
+
+def dp_rag_epsilon(num_queries: int, eps_r: float, c: float, *, T: int, tau: float,
+                   delta: float, accountant: str = "closed_form") -> float:
+  """Epsilon at `delta` of num_queries DP-RAG questions of parameters (eps_r, c), by the
+  accountant the ledger reads (what questions calibrated one by one compose to)."""
+  _positive("num_queries", num_queries)
+  if accountant == "closed_form":
+    return zcdp_to_eps(num_queries * (costs.exponential_rho(eps_r) + costs.tokens_rho(T, c, tau)),
+                       delta)
+  return rdp_epsilon(dp_accounting.SelfComposedDpEvent(_dp_rag_question(eps_r, T, c, tau),
+                                                       int(num_queries)), delta)
+
+
 def calibrate_dp_rag(epsilon_total: float, delta: float, *, num_queries: int, T: int,
                      tau: float = 1.0, retrieval_share: float = 0.1,
                      accountant: str = "closed_form") -> tuple[float, float]:
@@ -270,8 +288,7 @@ def calibrate_dp_rag(epsilon_total: float, delta: float, *, num_queries: int, T:
     raise ValueError(f"retrieval_share must be in (0, 1), got {retrieval_share!r}.")
   rho_q = eps_to_zcdp(epsilon_total, delta) / num_queries
   eps_r = math.sqrt(8.0 * retrieval_share * rho_q)
-  question = lambda c: dp_accounting.ComposedDpEvent(
-      [costs.exponential_event(eps_r), costs.tokens_event(T, c, tau)])
+  question = lambda c: _dp_rag_question(eps_r, T, c, tau)
   c = calibrate_c(
       epsilon_total, delta, accountant=accountant,
       event_of_c=lambda c: dp_accounting.SelfComposedDpEvent(question(c), int(num_queries)),
