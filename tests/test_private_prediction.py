@@ -180,6 +180,7 @@ def test_an_empty_cluster_is_drawn_without_the_model_and_identically(tiny_lm):
     prior.decode_empty(jax.random.PRNGKey(0))
 
 
+@pytest.mark.slow
 def test_dp_rag_questions_of_any_length_share_compiled_programs(tiny_lm):
   """DP-RAG's shared prefix ends before the question, so questions of different lengths
   trace nothing new (each new prefix length used to compile new programs, until the CPU's
