@@ -164,9 +164,9 @@ def _make_method(name, config, task, lm, encoder, seed, workdir, num_queries, sy
                                                       task.self_filter_prompt))
   if name == "dp_rag":
     r = config.dp_rag
-    per_question = r.get("epsilon_per_query", 0.0)
-    budget = ({"epsilon_per_question": per_question} if per_question > 0
-              else {"epsilon_total": config.epsilon})
+    budget = dp_rag_budget(config, num_queries)
+    budget = ({"epsilon_per_question": budget["per_question"]} if "per_question" in budget
+              else {"epsilon_total": budget["budget"]})
     return baselines.DPRAG(lm, encoder, task, **budget,
                            num_queries=num_queries, delta=config.delta, k=r.k, T=r.T,
                            omega=r.omega, retrieval_share=r.retrieval_share, seed=seed)
