@@ -11,6 +11,13 @@ project's utility options at a time, at eps 3 and 10. A variant may combine swit
 <report>.json and <report>.md, with report = config.report. Builds go where the evaluation's go
 (WORKDIR/dp_synrag/<dataset>_seed<s>_<config digest>), so the full method at the evaluation's
 budget reuses the evaluation's build, and any variant at any budget is built once.
+
+With config.funnel (on by default), each row also carries its build's utility funnel
+(experiments.funnel) and <report>_funnel.md puts the variants' funnels side by side, so an
+ablation shows at which stage a variant gains or loses, not only by how much. A finished row
+without a funnel (from a run before funnels) gets one on the next run: its build is reused and
+its questions are answered again. Answers are logged under WORKDIR/private/answers/<row key>
+(private: they hold what each answer saw), so a run cut off mid-answers resumes.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import numpy as np
 from dpsynrag_jax import evaluation
 from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments import cli
+from experiments import funnel as funnel_lib
 
 VARIANTS = ("full", "no_rerank", "no_self_filter", "self_filter", "hard", "synonyms", "rdp",
             "public_prior", "difference", "candidates")
@@ -110,9 +118,35 @@ def markdown(summary: Sequence[dict], title: str) -> str:
   return "\n".join(lines) + "\n"
 
 
+def funnel_markdown(rows: Sequence[dict], title: str) -> str:
+  """The rows' funnels side by side: one table per (dataset, eps, seed), a column per variant."""
+  groups: dict[tuple, list[dict]] = {}
+  for r in rows:
+    if r.get("funnel"):
+      groups.setdefault((r["dataset"], r["epsilon_total"], r["seed"]), []).append(r)
+  fmt = lambda v: "-" if v is None else (f"{100 * v:.1f} %" if isinstance(v, float) else str(v))
+  parts = [f"### {title}: funnels by variant", ""]
+  for (dataset, eps, seed), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], -kv[0][1],
+                                                                        kv[0][2])):
+    parts += [f"{dataset}, eps {eps:g}, seed {seed}", "",
+              "| stage | " + " | ".join(r["variant"] for r in rs) + " |",
+              "|---|" + "---|" * len(rs)]
+    stages = [s["stage"] for s in rs[0]["funnel"]]
+    for i, stage in enumerate(stages):
+      cells = []
+      for r in rs:
+        s = r["funnel"][i] if i < len(r["funnel"]) else None
+        cells.append(f"{fmt(s['value'])} ({s['detail']})" if s and s["detail"] else
+                     fmt(s["value"]) if s else "-")
+      parts.append(f"| {stage} | " + " | ".join(cells) + " |")
+    parts.append("")
+  return "\n".join(parts)
+
+
 def run(config, workdir: str) -> list[dict]:
   os.makedirs(workdir, exist_ok=True)
   report = config.get("report", "ablations")
+  with_funnel = config.get("funnel", True)
   path = os.path.join(workdir, f"{report}.jsonl")
   history = {r["settings"]: r for r in wd_lib.read_jsonl(path) if "settings" in r}
   rows = []   # this config's rows
@@ -128,27 +162,40 @@ def run(config, workdir: str) -> list[dict]:
           key = evaluation.settings_digest({
               "variant": variant, **evaluation.method_settings(
                   "dp_synrag", config, task, seed, len(task.test), synrag=synrag)})
-          if key in history:
-            rows.append(history[key])
+          done = history.get(key)
+          if done is not None and (done.get("funnel") or not with_funnel):
+            rows.append(done)
             continue
-          logging.info("Variant %s at eps %g on %s, seed %d.", variant, eps, dataset, seed)
+          logging.info("Variant %s at eps %g on %s, seed %d%s.", variant, eps, dataset, seed,
+                       " (its funnel)" if done else "")
           method = evaluation.make_method("dp_synrag", config, task, lm, encoder, seed, workdir,
                                         len(task.test), synrag=synrag)
-          result = evaluation.evaluate_method(method, task, task.test)
+          log_dir = os.path.join(workdir, wd_lib.PRIVATE, "answers", key)
+          result = evaluation.evaluate_method(method, task, task.test, log_dir=log_dir)
           row = {"dataset": dataset, "variant": variant, "epsilon_total": eps, "seed": seed,
                  "settings": key, "build": os.path.relpath(method.workdir, workdir),
                  "synthetic_texts": len(method.synthetic_texts),
                  **{k: result[k] for k in ("accuracy", "context_recall", "epsilon",
                                            "seconds_build", "seconds_answer")}}
-          wd_lib.append_jsonl(path, [row])
-          rows.append(row)
+          if done is not None:   # the row as first measured; the funnel is what is new
+            row = {**done, "funnel": None}
+          if with_funnel:
+            row["funnel"] = funnel_lib.build_funnel(method.workdir, task, encoder, lm.decode,
+                                                    result["per_question"])["stages"]
           history[key] = row
-          logging.info("%s", row)
+          wd_lib.atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n"
+                                                 for r in history.values()))
+          rows.append(row)
+          logging.info("%s", {k: v for k, v in row.items() if k != "funnel"})
   summary = summarize(rows)
+  title = config.get("title", "DP-SynRAG ablations")
   with open(os.path.join(workdir, f"{report}.json"), "w", encoding="utf-8") as f:
     json.dump({"rows": rows, "summary": summary}, f, indent=1)
   with open(os.path.join(workdir, f"{report}.md"), "w", encoding="utf-8") as f:
-    f.write(markdown(summary, config.get("title", "DP-SynRAG ablations")))
+    f.write(markdown(summary, title))
+  if with_funnel:
+    wd_lib.atomic_write_text(os.path.join(workdir, f"{report}_funnel.md"),
+                             funnel_markdown(rows, title))
   return summary
 
 

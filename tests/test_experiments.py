@@ -114,6 +114,22 @@ def test_ablations_change_one_switch_and_reuse_the_full_build(eval_dir):
   assert by_variant["no_rerank"]["epsilon"] < config.epsilon - 1e-3
   assert abs(by_variant["hard"]["epsilon"] - config.epsilon) < 1e-6
   assert "| medical | 10 | hard |" in open(os.path.join(workdir, "ablations.md")).read()
+  # Each variant carries its build's funnel, whose last stages are the row's own figures.
+  rows = ablations.sweep_rows(config, workdir)
+  for row in rows:
+    by_stage = {s["stage"]: s["value"] for s in row["funnel"]}
+    assert by_stage["context recall"] == pytest.approx(row["context_recall"])
+    assert by_stage["accuracy"] == pytest.approx(row["accuracy"])
+  funnel_md = open(os.path.join(workdir, "ablations_funnel.md")).read()
+  assert "| coverage |" in funnel_md and "| full | no_rerank | no_self_filter | hard |" in funnel_md
+  # A row from before funnels gets one on the next run, the row's figures unchanged.
+  stripped = [{k: v for k, v in r.items() if k != "funnel"} for r in rows]
+  with open(os.path.join(workdir, "ablations.jsonl"), "w") as f:
+    f.write("".join(json.dumps(r) + "\n" for r in stripped))
+  ablations.run(config, workdir)
+  again = ablations.sweep_rows(config, workdir)
+  assert [r["funnel"] for r in again] == [r["funnel"] for r in rows]
+  assert [r["accuracy"] for r in again] == [r["accuracy"] for r in rows]
   with pytest.raises(ValueError, match="Unknown variant"):
     ablations.variant_config(config.dp_synrag, "no_such")
 

@@ -27,6 +27,7 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
   config.title = "DP-SynRAG ablations"
   config.epsilons = ""   # comma-separated budgets; empty: config.epsilon (read when run)
   config.variants = "full,no_rerank,no_self_filter,hard"
+  config.funnel = True   # each variant's funnel beside its row (<report>_funnel.md)
   if arg in ("cpu", "paper_cpu"):
     # SmolLM2-135M cannot judge YES/NO, so these configs run without the filter and its
     # ablation would compare two unfiltered runs (BUILD_NOTES.md). L = 1 first: without
