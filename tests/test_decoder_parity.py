@@ -11,6 +11,7 @@ import transformers
 
 from dpsynrag_jax.models import load_lm
 from dpsynrag_jax.models import inference
+from dpsynrag_jax.models import language_model
 
 _COMMON = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
                num_key_value_heads=2, vocab_size=211, max_position_embeddings=256)
@@ -111,6 +112,31 @@ def test_prefill_then_decode_equals_full_forward(tiny):
       full = lm.logits([seq])[0, -1]
       np.testing.assert_allclose(np.asarray(logits[row]), full, atol=1e-4,
                                  err_msg=f"{arch} step {step} row {row}")
+
+
+def test_chunked_prefill_equals_one_call(tiny, monkeypatch):
+  """Long prompts are prefilled chunk by chunk (memory). Rows ending in different chunks, one
+  inside the first, get the one-call prefill's next-token logits, and decoding from either cache
+  gives the same logits (LongRoPE keeps one call past its original length: see prefill)."""
+  arch, _, lm = tiny
+  rng = np.random.default_rng(5)
+  prompts = [_ids(rng, 1, n)[0].tolist() for n in (7, 40, 20, 33)]   # bucket 48: 3 chunks
+  continuation = _ids(rng, 4, 3)
+
+  def run(chunk_from):
+    monkeypatch.setattr(language_model, "CHUNKED_PREFILL_FROM", chunk_from)
+    monkeypatch.setattr(language_model, "PREFILL_CHUNK", 16)
+    logits, cache = lm.prefill(prompts, capacity=64)
+    steps = [np.asarray(logits[:4])]
+    for step in range(continuation.shape[1]):
+      tokens = np.zeros((cache.batch_size,), np.int32)
+      tokens[:4] = continuation[:, step]
+      logits, cache = _decode_step(lm, tokens, cache)
+      steps.append(np.asarray(logits[:4]))
+    return steps
+
+  for step, (one, chunked) in enumerate(zip(run(4096), run(16))):
+    np.testing.assert_allclose(chunked, one, atol=1e-4, err_msg=f"{arch} step {step}")
 
 
 def test_unrolled_decode_loop_equals_full_forward(tiny):

@@ -28,6 +28,12 @@ from dpsynrag_jax.models.decoder import Decoder
 from dpsynrag_jax.models.presets import resolve_lm
 
 BATCH_MULTIPLE = 8
+# Prompts bucketed past CHUNKED_PREFILL_FROM tokens are prefilled PREFILL_CHUNK tokens at a
+# time: one call's attention scores are [B, heads, S, capacity] float32, so a single call over
+# sixteen 2048-token prompts (MovieLens RAG: 15 user profiles) asked XLA for 35 GB. Shorter
+# prompts keep one call (the same shapes, so the same bytes, as before chunking existed).
+CHUNKED_PREFILL_FROM = 1024
+PREFILL_CHUNK = 512
 _LENGTH_LADDER = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
 
@@ -150,8 +156,27 @@ class LanguageModel:
     new_lengths = np.ones((b,), np.int32)
     new_lengths[:len(lengths)] = lengths
     cache = kv_cache.init_cache(self.config, b, capacity, self.dtype)
-    return inference.prefill(self.params, self.config, self.dtype, cache, jnp.asarray(tokens),
-                             jnp.asarray(new_lengths))
+    rope = self.config.rope
+    # LongRoPE picks its factors per call from the call's largest position (as transformers
+    # does), so chunks across its original length would rotate early tokens differently.
+    whole_call = s <= CHUNKED_PREFILL_FROM or (
+        rope.rope_type == "longrope" and s > rope.original_max_position_embeddings)
+    if whole_call:
+      return inference.prefill(self.params, self.config, self.dtype, cache, jnp.asarray(tokens),
+                               jnp.asarray(new_lengths))
+    # Chunk by chunk: each row's tokens land in consecutive chunks (a row that has ended gets
+    # padding slots, position -1, which no query reads), and its next-token logits come from the
+    # chunk holding its last token. Same attention up to summation order.
+    logits = None
+    for start in range(0, s, PREFILL_CHUNK):
+      part = np.clip(new_lengths - start, 0, PREFILL_CHUNK).astype(np.int32)
+      chunk_logits, cache = inference.prefill(
+          self.params, self.config, self.dtype, cache,
+          jnp.asarray(tokens[:, start:start + PREFILL_CHUNK]), jnp.asarray(part))
+      ends_here = jnp.asarray((new_lengths > start) & (new_lengths <= start + PREFILL_CHUNK))
+      logits = chunk_logits if logits is None else jnp.where(ends_here[:, None], chunk_logits,
+                                                             logits)
+    return logits, cache
 
   def next_token_logits(self, prompts: Sequence[str], chat: bool = True,
                         batch_size: int = 32) -> np.ndarray:
