@@ -91,3 +91,24 @@ def test_bad_parameters_are_refused():
   with pytest.raises(ValueError, match="t must be"):
     bounded_range.worst_case_pair(0.2, 0.3)
   assert not bounded_range.br_rdp(0.0, ORDERS).any()
+
+
+def test_accountant_comparison_orders_the_bounds():
+  """At the paper's settings, every valid accounting affords at least Theorem 1's c, the
+  bounded-range RDP curves at least the zCDP ones, and none more than the optimal
+  non-adaptive composition (which no valid adaptive bound can beat)."""
+  from experiments import accounting as accounting_app  # pylint: disable=g-import-not-at-top
+  (row,) = accounting_app.compare_accountants([10.0], 1e-3, t_shares=(0.5,))
+  c = {k: row[f"c_over_tau_{k}"] for k, _, _ in accounting_app.COMPARED}
+  assert c["closed_form"] == pytest.approx(0.10573, abs=1e-5)
+  assert c["closed_form"] <= c["azuma"] < c["rdp"] < c["br_rdp"] < c["nonadaptive_optimal"]
+  assert "| bounded-range RDP curves" in accounting_app.comparison_markdown([row])
+
+
+def test_worst_case_kl_is_the_largest_mean_loss():
+  for eps0 in (0.05, 0.5, 2.0):
+    t = np.linspace(0, eps0, 200_001)[1:-1]
+    q = np.expm1(eps0 - t) / (np.expm1(eps0 - t) - np.expm1(-t))
+    mean = q * t + (1 - q) * (t - eps0)
+    assert bounded_range.worst_case_kl(eps0) == pytest.approx(mean.max(), rel=1e-6)
+    assert bounded_range.worst_case_kl(eps0) < eps0**2 / 8

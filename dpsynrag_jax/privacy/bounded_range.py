@@ -117,3 +117,37 @@ def nonadaptive_delta(eps0: float, k: int, epsilon: float, t: float) -> float:
   losses = i * top + (k - i) * bottom
   gain = -np.expm1(np.minimum(epsilon - losses, 0.0))   # (1 - e^(eps - l))_+
   return float(np.sum(np.exp(log_w) * gain))
+
+
+def worst_case_kl(eps0: float) -> float:
+  """sup_t E_P[L] over the worst-case pairs: the largest mean privacy loss (KL divergence) of an
+  eps0-BR mechanism, v - 1 - log v with v = eps0 / (1 - e^-eps0); about eps0^2/8 - eps0^4/1152."""
+  if eps0 == 0:
+    return 0.0
+  _positive("eps0", eps0)
+  v = eps0 / -math.expm1(-eps0)
+  return v - 1.0 - math.log(v)
+
+
+def azuma_epsilon(bounded_range_steps: Sequence[tuple[float, int]], gaussian_rho: float,
+                  delta: float) -> float:
+  """epsilon at delta of an adaptive sequence of BR steps and Gaussian mechanisms, by the
+  martingale (Azuma-Hoeffding) bound that Dong, Durfee & Rogers 2020 give for BR mechanisms
+  (their efficiently computable adaptive bound), with the Gaussians folded in:
+
+    eps = sum_i n_i KL*(eps_i) + rho_G + sqrt(2 log(1/delta) (sum_i n_i eps_i^2 / 4 + 2 rho_G))
+
+  Each BR step's loss, given the past, has mean <= KL*(eps_i) and lies in an interval of width
+  eps_i (sub-Gaussian with variance proxy eps_i^2 / 4); a rho-zCDP Gaussian's loss is
+  N(rho, 2 rho). The tail term equals zCDP's 2 sqrt(rho log(1/delta)), so this bound only
+  replaces the mean eps_i^2 / 8 by KL*(eps_i), which is smaller by O(eps_i^4).
+
+  Args:
+    bounded_range_steps: (eps0, count) pairs.
+    gaussian_rho: total zCDP rho of the Gaussian mechanisms.
+  """
+  if not 0 < delta < 1:
+    raise ValueError(f"delta must be in (0, 1), got {delta!r}.")
+  mean = sum(n * worst_case_kl(e) for e, n in bounded_range_steps) + gaussian_rho
+  proxy = sum(n * e * e / 4.0 for e, n in bounded_range_steps) + 2.0 * gaussian_rho
+  return mean + math.sqrt(2.0 * math.log(1.0 / delta) * proxy)
