@@ -1,0 +1,164 @@
+"""Whole-build benchmark: the private decode of a real build's clusters, and whole builds.
+
+    python -m experiments.bench_build --build_dir=runs/paper_cpu/eval/dp_synrag/<build> \
+        --clusters=60 --json_out=docs/performance/bench_build.json
+    python -m experiments.bench_build --config=experiments/configs/medical_synth.py:paper_cpu \
+        --whole --workdir=runs/bench_whole --json_out=...
+
+Sample mode (--build_dir): reads a finished (or re-ranked) build's settings (its released
+config.json) and its clusters S_r (private state), and decodes the clusters with the first
+--clusters indices again, from fresh keys, in this process: nothing is written into the build
+and nothing is released. The cluster indices are public (0 .. n-1), so the sample mixes empty,
+small and full clusters as the build does. Whole mode (--whole) runs build_synthetic_db from
+scratch (or resumes) in --workdir and reports its phases.
+
+Both report, in one run: wall seconds per phase (sample mode: compile warm-up and decode),
+useful GFLOP/s (only real document rows and the tokens actually decoded: experiments.
+bench_generation.nominal_flops per cluster at its decoded length), the fraction of this
+machine's matmul peak measured in the same run, the rows decoded against the real ones, and
+the process's peak RSS. Figures are aggregates over clusters (an evaluation artifact, like the
+funnel), never per cluster.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import resource
+import time
+
+from absl import app
+from absl import flags
+import jax
+from ml_collections import config_flags
+import numpy as np
+
+from experiments import bench_generation
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  flags.DEFINE_string("build_dir", "", "Sample mode: a build whose clusters are chosen.")
+  flags.DEFINE_integer("clusters", 60, "Sample mode: decode clusters 0 .. clusters-1.")
+  flags.DEFINE_bool("warmup", True, "Sample mode: compile every shape on one cluster first.")
+  flags.DEFINE_bool("whole", False, "Whole mode: run build_synthetic_db (--config, --workdir).")
+  config_flags.DEFINE_config_file("config", None, "Whole mode: build config, e.g. "
+                                  "experiments/configs/medical_synth.py:paper_cpu")
+  flags.DEFINE_string("workdir", "", "Whole mode: the build's work dir (resumable).")
+  flags.DEFINE_string("json_out", "", "Where to write the report (JSON).")
+
+
+def peak_rss_gb() -> float:
+  """Peak resident set size of this process so far (Linux: ru_maxrss in KiB)."""
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def _config_of_build(build_dir: str):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(build_dir, wd_lib.CONFIG), encoding="utf-8") as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+def useful_flops(cfg, prefix_len: int, suffixes, steps: int) -> float:
+  """Useful work of one cluster: its real rows' prompts and the `steps` tokens it decoded."""
+  return bench_generation.nominal_flops(cfg, [prefix_len + len(s) for s in suffixes], steps)
+
+
+def sample(build_dir: str, num_clusters: int, warmup: bool = True) -> dict:
+  """Times the private decode of clusters 0 .. num_clusters-1 of the build in `build_dir`."""
+  from dpsynrag_jax.data.private_documents import fit_to_budget, load_private_documents  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.models import dtype_named, load_lm  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.private_decode import decode_many  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
+
+  config = _config_of_build(build_dir)
+  wd = wd_lib.Workdir(build_dir)
+  selected = wd.selected()
+  if not selected:
+    raise ValueError(f"{build_dir} holds no chosen clusters (private/selected.jsonl).")
+  ids = [r for r in range(num_clusters) if r in selected]
+  if len(ids) < num_clusters:
+    raise ValueError(f"{build_dir} has {len(selected)} clusters; asked for {num_clusters}.")
+  start = time.perf_counter()
+  cal = pipeline.calibration_of(config)
+  lm = load_lm(config.model.lm, dtype=dtype_named(config.model.dtype))
+  documents, where = load_private_documents(config.data)
+  documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
+                            config.data.too_long)
+  predictor = pipeline._predictor(config, cal, lm)   # pylint: disable=protected-access
+  suffixes = {r: predictor.suffixes([documents[i] for i in selected[r]]) for r in ids}
+  seconds = {"load": time.perf_counter() - start}
+  key = jax.random.PRNGKey(12345)   # fresh keys: a benchmark re-releases nothing
+  key_of = lambda r: jax.random.fold_in(key, r)
+
+  shapes = collections.defaultdict(list)
+  for r in ids:
+    if suffixes[r] or not predictor.decodes_empty_without_model:
+      shapes[predictor.shape_of(suffixes[r])].append(r)
+  if warmup:
+    start = time.perf_counter()
+    decode_many(predictor, {rs[0]: suffixes[rs[0]] for rs in shapes.values()}, key_of)
+    seconds["warmup"] = time.perf_counter() - start
+
+  start = time.perf_counter()
+  tokens = decode_many(predictor, suffixes, key_of)
+  seconds["decode"] = time.perf_counter() - start
+
+  cfg = lm.config
+  flops = sum(useful_flops(cfg, len(predictor.prefix), suffixes[r], len(tokens[r]))
+              for r in ids if suffixes[r])
+  peak = bench_generation.matmul_peak()
+  rows_real = sum(len(suffixes[r]) for r in ids)
+  rows_decoded = sum(shape[0] * len(rs) for shape, rs in shapes.items())
+  gflops = flops / seconds["decode"] / 1e9
+  return {
+      "mode": "sample", "build": os.path.abspath(build_dir), "clusters": len(ids),
+      "empty_clusters": sum(1 for r in ids if not suffixes[r]),
+      "rows_real": rows_real, "rows_decoded": rows_decoded,
+      "shapes": len(shapes), "c_over_tau": cal.c_over_tau, "T": cal.T,
+      "tokens_decoded": int(sum(len(t) for t in tokens.values())),
+      "seconds": seconds, "seconds_per_real_row": seconds["decode"] / max(rows_real, 1),
+      "useful_gflop": flops / 1e9, "useful_gflops_per_s": gflops,
+      "matmul_peak_gflops_per_s": peak["peak"], "fraction_of_peak": gflops / peak["peak"],
+      "peak_rss_gb": peak_rss_gb(), "backend": jax.default_backend(),
+      "devices": predictor.num_devices,
+  }
+
+
+def whole(config, workdir: str) -> dict:
+  """Runs (or resumes) build_synthetic_db and reports its phases and useful GFLOP/s."""
+  from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
+  start = time.perf_counter()
+  summary = pipeline.build_synthetic_db(config, workdir)
+  wall = time.perf_counter() - start
+  return {"mode": "whole", "workdir": os.path.abspath(workdir), "seconds_wall": wall,
+          "seconds": summary.get("seconds", {}), "peak_rss_gb": peak_rss_gb(),
+          "backend": jax.default_backend()}
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if FLAGS.whole:
+    if FLAGS.config is None or not FLAGS.workdir:
+      raise app.UsageError("--whole needs --config and --workdir.")
+    report = whole(FLAGS.config, FLAGS.workdir)
+  else:
+    if not FLAGS.build_dir:
+      raise app.UsageError("Give --build_dir (sample mode) or --whole.")
+    report = sample(FLAGS.build_dir, FLAGS.clusters, FLAGS.warmup)
+  text = json.dumps(report, indent=1)
+  print(text)
+  if FLAGS.json_out:
+    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
+    with open(FLAGS.json_out, "w", encoding="utf-8") as f:
+      f.write(text + "\n")
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
