@@ -70,6 +70,11 @@ def run(workdir: str, num_questions: int, funnel_questions: int,
   print(f"\n== Privacy: spent epsilon = {totals['eps_closed_form']:.3f} (Theorem 1, zCDP) / "
         f"{totals['eps_dp_accounting_rdp']:.3f} (dp_accounting RDP) at delta = "
         f"{totals['delta']:g}; budget {totals['epsilon_budget']:g}.")
+  if config.privacy.noise == "seeded":
+    print(f"== Noise: drawn from the public seed {config.seed}, so that this demo prints the same "
+          "figures everywhere; anyone who knows the seed can redraw and subtract it, so this "
+          "database is a demonstration, not a private release (builds default to "
+          "privacy.noise=secret).")
   if build_seconds:
     summary = wd_lib.read_json(os.path.join(workdir, "private", "summary.json"))
     print(f"== Build took {build_seconds / 60:.1f} min; per phase (s): {summary['seconds']}")

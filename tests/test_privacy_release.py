@@ -121,7 +121,10 @@ def test_no_two_methods_or_releases_share_a_key():
       add(f"dp-rag {session}/{q} tokens", jax.random.fold_in(base, 1))
     for round_ in range(1, 11):
       add(f"aug-pe round {round_}", aug_pe.round_key(seed, round_))
-  for bad in (2**32, -1, 2**40, True, 1.5):
+  for bad in (2**32, -1, 2**40, True, 1.5):     # a config's public seed
+    with pytest.raises(ValueError, match="seed"):
+      privacy.check_seed(bad)
+  for bad in (2**64, -1, True, 1.5):            # a noise seed (public, or a 64-bit secret)
     with pytest.raises(ValueError, match="seed"):
       privacy.stream_key(bad, "histogram")
 
@@ -194,3 +197,51 @@ def test_a_global_token_release_must_be_named(tmp_path):
   ledger.record_tokens(None, 2, 0.01, 1.0, name="answer 1")
   ledger.record_tokens(None, 2, 0.01, 1.0, name="answer 1")   # a resumed replay: once
   assert [e.label for e in ledger.ledger.entries] == ["answer 0", "answer 1"]
+
+
+def test_secret_noise_is_drawn_per_build_kept_private_and_reused_on_resume(tmp_path):
+  """privacy.noise = 'secret' (the default of release configs): two builds of the same config
+  and seed draw different noise; the secret lives only on the private side (owner-only), in
+  no released file; a resumed build reads it back, and overwriting draws a new one."""
+  path = _corpus(tmp_path / "docs.jsonl", NOTES[:150])
+  secret = {"privacy.noise": "secret"}
+  a, b = str(tmp_path / "a"), str(tmp_path / "b")
+  pipeline.build_synthetic_db(_config(path, **secret), a)
+  pipeline.build_synthetic_db(_config(path, **secret), b)
+  seeds = [wd_lib.read_json(os.path.join(w, wd_lib.PRIVATE, wd_lib.NOISE_SEED))["noise_seed"]
+           for w in (a, b)]
+  assert seeds[0] != seeds[1]
+  texts = [open(os.path.join(w, wd_lib.SYNTHETIC_DB), "rb").read() for w in (a, b)]
+  assert texts[0] != texts[1]
+  assert os.stat(os.path.join(a, wd_lib.PRIVATE, wd_lib.NOISE_SEED)).st_mode & 0o077 == 0
+  for name in wd_lib.RELEASED_FILES:
+    released = os.path.join(a, name)
+    if os.path.isfile(released):
+      assert str(seeds[0]).encode() not in open(released, "rb").read(), name
+  assert wd_lib.read_json(os.path.join(a, wd_lib.CONFIG))["privacy"]["noise"] == "secret"
+  # Interrupted and resumed: the same secret, so the clusters drawn before the stop are kept.
+  c = str(tmp_path / "c")
+  with pytest.raises(pipeline.PipelineInterrupted):
+    pipeline.build_synthetic_db(_config(path, **secret, **{"runtime.stop_after_clusters": 2}), c)
+  first = wd_lib.read_json(os.path.join(c, wd_lib.PRIVATE, wd_lib.NOISE_SEED))
+  drawn = wd_lib.Workdir(c).generated()
+  pipeline.build_synthetic_db(_config(path, **secret), c)
+  assert wd_lib.read_json(os.path.join(c, wd_lib.PRIVATE, wd_lib.NOISE_SEED)) == first
+  assert {r: t for r, t in wd_lib.Workdir(c).generated().items() if r in drawn} == drawn
+  # Overwrite with the same public seed is allowed here: the old secret goes, a new one comes.
+  pipeline.build_synthetic_db(_config(path, **secret, **{"runtime.overwrite": True}), a)
+  assert wd_lib.read_json(os.path.join(a, wd_lib.PRIVATE, wd_lib.NOISE_SEED))["noise_seed"] != \
+      seeds[0]
+
+
+def test_noise_seed_modes():
+  with pytest.raises(ValueError, match="privacy.noise"):
+    privacy.noise_seed("public", 0, "/nonexistent/x.json", create=True)
+  assert privacy.noise_seed("seeded", 7, "/nonexistent/x.json", create=False) == 7
+  with pytest.raises(FileNotFoundError, match="secret noise seed"):
+    privacy.noise_seed("secret", 7, "/nonexistent/x.json", create=False)
+  # A noise seed below 2^32 is exactly the key the public seed always gave (seeded releases
+  # unchanged); above it, the full 64-bit threefry key.
+  assert np.array_equal(np.asarray(privacy.keys.root_key(5)), np.asarray(jax.random.PRNGKey(5)))
+  assert not np.array_equal(np.asarray(privacy.keys.root_key(5 + 2**32)),
+                            np.asarray(jax.random.PRNGKey(5)))

@@ -31,6 +31,7 @@ from dpsynrag_jax.privacy.clipping import clipped_logit_sum_sensitivity
 from dpsynrag_jax.privacy.clipping import difference_clipped_sum
 from dpsynrag_jax.privacy.clipping import finite_or_infinite
 from dpsynrag_jax.privacy.keys import check_seed
+from dpsynrag_jax.privacy.keys import noise_seed
 from dpsynrag_jax.privacy.keys import stream_key
 from dpsynrag_jax.privacy.ledger import BudgetExceededError
 from dpsynrag_jax.privacy.ledger import Entry

@@ -116,13 +116,24 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
     raise ValueError("runtime.overwrite is refused with several processes (they would race "
                      "on clearing the work dir); delete the work dir instead.")
   wd = wd_lib.Workdir(workdir)
+  noise = config.privacy.get("noise", "seeded")
+  secret_path = wd.private_path(wd_lib.NOISE_SEED)
   if lead and wd.prepare(config.to_dict(), config.runtime.overwrite):
     logging.info("Resuming the interrupted run in %s.", workdir)
+  if lead:   # the secret exists before any other process looks for it
+    seed = privacy.noise_seed(noise, config.seed, secret_path, create=True)
   distributed.barrier("prepared")
+  if not lead:
+    seed = privacy.noise_seed(noise, config.seed, secret_path, create=False)
   cal = calibration_of(config)
   logging.info("Calibration: sigma_h=%.4g sigma_mu=%.4g eps_theta=%.3g c/tau=%.5g (%s).",
                cal.sigma_h, cal.sigma_mu, cal.eps_theta, cal.c_over_tau, cal.accountant)
-  build = _Build(config=config, cal=cal, seed=privacy.check_seed(config.seed), wd=wd,
+  if noise == "seeded":
+    logging.warning("privacy.noise='seeded': the noise is drawn from the public seed %d, so "
+                    "anyone who knows it can subtract it; this build is a reproducible "
+                    "benchmark, not a private release. Use privacy.noise='secret' to release.",
+                    config.seed)
+  build = _Build(config=config, cal=cal, seed=seed, wd=wd,
                  ledger=privacy.ResumableLedger(wd.private_path("ledger.json"), cal)
                  if lead else None, process=proc, processes=procs)
   timer = _Timer()

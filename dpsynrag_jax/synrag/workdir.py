@@ -32,6 +32,7 @@ LEDGER = "privacy_ledger.json"
 PARTITIONS = "partitions.json"
 LEDGERS = "ledgers"
 PRIVATE = "private"
+NOISE_SEED = "noise_seed.json"   # under PRIVATE: the secret noise seed (privacy.keys)
 DOCUMENT_DIGESTS = "document_digests.txt"   # private/: one sha256 per document, in order
 RELEASED_FILES = (CONFIG, SYNTHETIC_DB, INDEX, LEDGER, PARTITIONS, LEDGERS)
 
@@ -112,8 +113,8 @@ class Workdir:
     """Creates or reopens the directory. Returns True when resuming an interrupted run.
 
     A finished run is refused unless `overwrite`; an interrupted one resumes only with the
-    same config (another config would mix two runs' randomness and ledgers). `overwrite`
-    needs a seed other than the old build's: with the same seed the new build would draw the
+    same config (another config would mix two runs' randomness and ledgers). In seeded noise
+    mode (privacy.noise), `overwrite` needs a seed other than the old build's: with the same seed the new build would draw the
     same noise as the old one (keyed draws), and two releases sharing noise on changed data or
     settings let the noise be subtracted. A new seed gives independent noise; the old release,
     if it was ever published, is still out there and its budget still counts.
@@ -121,7 +122,9 @@ class Workdir:
     config_path = self.path(CONFIG)
     if os.path.exists(config_path) and overwrite:
       old_seed = read_json(config_path).get("seed")
-      if old_seed == config_dict.get("seed"):
+      seeded = config_dict.get("privacy", {}).get("noise", "seeded") == "seeded"
+      # Secret noise: clear() removes the old secret and the new build draws its own.
+      if seeded and old_seed == config_dict.get("seed"):
         raise WorkdirError(
             f"{self.root} holds a build with seed {old_seed}; overwriting it with the same seed "
             "would release new outputs with the same noise as the old ones. Pass a new "
@@ -224,6 +227,7 @@ class Workdir:
 # existed, so adding an option never invalidates finished or interrupted builds. Register every
 # new build option here with its off value.
 OPTIONAL_FIELDS = {
+    ("privacy", "noise"): "seeded",      # how builds drew noise before the option existed
     ("clustering", "merge_synonyms"): 0.0,
     ("generation", "candidates"): 0,
     ("generation", "candidate_terms"): "",
