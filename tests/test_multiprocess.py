@@ -1,4 +1,5 @@
-"""Two processes on one machine build the same database as one process (the multi-host path)."""
+"""Two processes on one machine build the same database as one process (the multi-host path),
+with secret noise: the process that prepares the build draws the secret, the others read it."""
 
 import os
 import socket
@@ -27,7 +28,8 @@ def _build(workdir, log_path, env_extra=None) -> subprocess.Popen:
   log = open(log_path, "w", encoding="utf-8")
   proc = subprocess.Popen(
       [sys.executable, "-m", "experiments.build_synthetic_db", f"--config={CONFIG}",
-       f"--workdir={workdir}"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+       f"--workdir={workdir}", "--config.privacy.noise=secret"], cwd=REPO, env=env, stdout=log,
+      stderr=subprocess.STDOUT)
   proc.log_path = log_path
   return proc
 
@@ -47,6 +49,11 @@ def test_two_processes_release_what_one_process_releases(tmp_path):
                      "DPSYNRAG_NUM_PROCESSES": "2", "DPSYNRAG_PROCESS_ID": str(i)})
              for i in range(2)]
   logs = [_wait(w) for w in workers]   # both run at once; each writes to its own file
+  # Secret noise: process 0 drew the secret, process 1 read it. The single process gets the
+  # same secret, so the two releases must agree byte for byte.
+  os.makedirs(single / "private")
+  (single / "private" / "noise_seed.json").write_bytes(
+      (multi / "private" / "noise_seed.json").read_bytes())
   _wait(_build(single, tmp_path / "single.log"))
   assert "Process 1 of 2" in logs[1]
   for name in RELEASED:
