@@ -27,6 +27,7 @@ import json
 import os
 import resource
 import time
+from typing import Sequence
 
 from absl import app
 from absl import flags
@@ -43,6 +44,8 @@ def define_flags() -> None:
   flags.DEFINE_string("build_dir", "", "Sample mode: a build whose clusters are chosen.")
   flags.DEFINE_integer("clusters", 60, "Sample mode: decode clusters 0 .. clusters-1.")
   flags.DEFINE_bool("warmup", True, "Sample mode: compile every shape on one cluster first.")
+  flags.DEFINE_list("row_buckets", [], "Sample mode: decode once per row bucket (e.g. 16,8), "
+                    "side by side; empty: the default bucket.")
   flags.DEFINE_bool("whole", False, "Whole mode: run build_synthetic_db (--config, --workdir).")
   config_flags.DEFINE_config_file("config", None, "Whole mode: build config, e.g. "
                                   "experiments/configs/medical_synth.py:paper_cpu")
@@ -67,11 +70,18 @@ def useful_flops(cfg, prefix_len: int, suffixes, steps: int) -> float:
   return bench_generation.nominal_flops(cfg, [prefix_len + len(s) for s in suffixes], steps)
 
 
-def sample(build_dir: str, num_clusters: int, warmup: bool = True) -> dict:
-  """Times the private decode of clusters 0 .. num_clusters-1 of the build in `build_dir`."""
+def sample(build_dir: str, num_clusters: int, warmup: bool = True,
+           row_buckets: Sequence[int] = ()) -> dict:
+  """Times the private decode of clusters 0 .. num_clusters-1 of the build in `build_dir`.
+
+  row_buckets: rows are padded to a multiple of private_decode.ROW_BUCKET; given several
+  values, the sample is decoded once per value in this one run (a lever measured side by
+  side), and the report counts the clusters whose texts differ from the first value's (the
+  same keys and distribution; only float rounding of other padded shapes can move a draw).
+  """
+  from dpsynrag_jax import private_decode  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.data.private_documents import fit_to_budget, load_private_documents  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.models import dtype_named, load_lm  # pylint: disable=g-import-not-at-top
-  from dpsynrag_jax.private_decode import decode_many  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
 
@@ -91,41 +101,51 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True) -> dict:
                             config.data.too_long)
   predictor = pipeline._predictor(config, cal, lm)   # pylint: disable=protected-access
   suffixes = {r: predictor.suffixes([documents[i] for i in selected[r]]) for r in ids}
-  seconds = {"load": time.perf_counter() - start}
+  load_seconds = time.perf_counter() - start
   key = jax.random.PRNGKey(12345)   # fresh keys: a benchmark re-releases nothing
   key_of = lambda r: jax.random.fold_in(key, r)
-
-  shapes = collections.defaultdict(list)
-  for r in ids:
-    if suffixes[r] or not predictor.decodes_empty_without_model:
-      shapes[predictor.shape_of(suffixes[r])].append(r)
-  if warmup:
-    start = time.perf_counter()
-    decode_many(predictor, {rs[0]: suffixes[rs[0]] for rs in shapes.values()}, key_of)
-    seconds["warmup"] = time.perf_counter() - start
-
-  start = time.perf_counter()
-  tokens = decode_many(predictor, suffixes, key_of)
-  seconds["decode"] = time.perf_counter() - start
-
   cfg = lm.config
-  flops = sum(useful_flops(cfg, len(predictor.prefix), suffixes[r], len(tokens[r]))
-              for r in ids if suffixes[r])
-  peak = bench_generation.matmul_peak()
   rows_real = sum(len(suffixes[r]) for r in ids)
-  rows_decoded = sum(shape[0] * len(rs) for shape, rs in shapes.items())
-  gflops = flops / seconds["decode"] / 1e9
+  peak = bench_generation.matmul_peak()
+
+  runs, first_tokens = [], None
+  default_bucket = private_decode.ROW_BUCKET
+  try:
+    for bucket in list(row_buckets) or [default_bucket]:
+      private_decode.ROW_BUCKET = int(bucket)
+      shapes = collections.defaultdict(list)
+      for r in ids:
+        if suffixes[r] or not predictor.decodes_empty_without_model:
+          shapes[predictor.shape_of(suffixes[r])].append(r)
+      seconds = {"load": load_seconds}
+      if warmup:
+        start = time.perf_counter()
+        private_decode.decode_many(predictor, {rs[0]: suffixes[rs[0]] for rs in shapes.values()},
+                                   key_of)
+        seconds["warmup"] = time.perf_counter() - start
+      start = time.perf_counter()
+      tokens = private_decode.decode_many(predictor, suffixes, key_of)
+      seconds["decode"] = time.perf_counter() - start
+      flops = sum(useful_flops(cfg, len(predictor.prefix), suffixes[r], len(tokens[r]))
+                  for r in ids if suffixes[r])
+      gflops = flops / seconds["decode"] / 1e9
+      first_tokens = first_tokens or tokens
+      runs.append({
+          "row_bucket": int(bucket), "shapes": len(shapes),
+          "rows_decoded": sum(shape[0] * len(rs) for shape, rs in shapes.items()),
+          "tokens_decoded": int(sum(len(t) for t in tokens.values())),
+          "clusters_differing_from_first": sum(tokens[r] != first_tokens[r] for r in ids),
+          "seconds": seconds, "seconds_per_real_row": seconds["decode"] / max(rows_real, 1),
+          "useful_gflop": flops / 1e9, "useful_gflops_per_s": gflops,
+          "fraction_of_peak": gflops / peak["peak"]})
+  finally:
+    private_decode.ROW_BUCKET = default_bucket
   return {
       "mode": "sample", "build": os.path.abspath(build_dir), "clusters": len(ids),
-      "empty_clusters": sum(1 for r in ids if not suffixes[r]),
-      "rows_real": rows_real, "rows_decoded": rows_decoded,
-      "shapes": len(shapes), "c_over_tau": cal.c_over_tau, "T": cal.T,
-      "tokens_decoded": int(sum(len(t) for t in tokens.values())),
-      "seconds": seconds, "seconds_per_real_row": seconds["decode"] / max(rows_real, 1),
-      "useful_gflop": flops / 1e9, "useful_gflops_per_s": gflops,
-      "matmul_peak_gflops_per_s": peak["peak"], "fraction_of_peak": gflops / peak["peak"],
-      "peak_rss_gb": peak_rss_gb(), "backend": jax.default_backend(),
-      "devices": predictor.num_devices,
+      "empty_clusters": sum(1 for r in ids if not suffixes[r]), "rows_real": rows_real,
+      "c_over_tau": cal.c_over_tau, "T": cal.T, "runs": runs,
+      "matmul_peak_gflops_per_s": peak["peak"], "peak_rss_gb": peak_rss_gb(),
+      "backend": jax.default_backend(), "devices": predictor.num_devices,
   }
 
 
@@ -150,7 +170,8 @@ def main(argv):
   else:
     if not FLAGS.build_dir:
       raise app.UsageError("Give --build_dir (sample mode) or --whole.")
-    report = sample(FLAGS.build_dir, FLAGS.clusters, FLAGS.warmup)
+    report = sample(FLAGS.build_dir, FLAGS.clusters, FLAGS.warmup,
+                    [int(b) for b in FLAGS.row_buckets])
   text = json.dumps(report, indent=1)
   print(text)
   if FLAGS.json_out:

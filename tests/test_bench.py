@@ -85,13 +85,18 @@ def test_bench_build_decodes_a_public_sample_of_a_real_build(tmp_path):
   workdir = str(tmp_path / "build")
   pipeline.build_synthetic_db(medical_synth.get_config("tiny"), workdir)
   before = _tree_digest(workdir)
-  report = bench_build.sample(workdir, num_clusters=3)
+  report = bench_build.sample(workdir, num_clusters=3, row_buckets=[16, 8])
   selected = wd_lib.Workdir(workdir).selected()
   assert report["clusters"] == 3
   assert report["rows_real"] == sum(len(selected[r]) for r in range(3))
-  assert report["rows_decoded"] >= report["rows_real"]   # padded rows on top of the real ones
-  assert report["useful_gflop"] > 0 and 0 < report["fraction_of_peak"]
-  assert report["seconds"]["decode"] > 0 and report["peak_rss_gb"] > 0
+  sixteen, eight = report["runs"]
+  # Padded rows on top of the real ones; a finer bucket pads less.
+  assert sixteen["rows_decoded"] >= eight["rows_decoded"] >= report["rows_real"]
+  assert all(run["rows_decoded"] % run["row_bucket"] == 0 for run in report["runs"])
+  assert sixteen["useful_gflop"] > 0 and 0 < sixteen["fraction_of_peak"]
+  assert sixteen["seconds"]["decode"] > 0 and report["peak_rss_gb"] > 0
+  assert sixteen["clusters_differing_from_first"] == 0
+  assert 0 <= eight["clusters_differing_from_first"] <= 3
   assert _tree_digest(workdir) == before
   with pytest.raises(ValueError, match="asked for 999"):
     bench_build.sample(workdir, num_clusters=999)

@@ -347,3 +347,23 @@ def test_a_movielens_config_refuses_the_other_layout_and_names_the_matching_conf
   config.paths.movielens = fixtures.write_movielens_fixture(tmp_path / "m100").path
   with pytest.raises(ValueError, match="movielens_cpu"):
     evaluation.load_eval_task(config, "movielens")
+
+
+def test_publish_copies_the_release_and_rows_but_nothing_private(eval_dir, tmp_path):
+  from experiments import publish  # pylint: disable=g-import-not-at-top
+  workdir, _, rows = eval_dir
+  out = str(tmp_path / "published")
+  written = publish.publish(workdir, "medical", out)
+  for name in ("synthetic_db.jsonl", "privacy_ledger.json", "config.json", "results.json",
+               "table.md"):
+    assert name in written and os.path.getsize(os.path.join(out, name)) > 0
+  build = next(r["build"] for r in rows if r["method"] == "DP-SynRAG")
+  assert open(os.path.join(out, "synthetic_db.jsonl"), "rb").read() == open(
+      os.path.join(workdir, build, "synthetic_db.jsonl"), "rb").read()
+  published = json.load(open(os.path.join(out, "results.json")))["rows"]
+  assert {r["method"] for r in published} == {r["method"] for r in rows}
+  assert all(not r["examples"] for r in published if r["method"] == "RAG")
+  assert any(r["examples"] for r in published if r["method"] == "DP-SynRAG")
+  assert not any("private" in name for name in os.listdir(out))
+  with pytest.raises(ValueError, match="no rows for dataset"):
+    publish.publish(workdir, "searchqa", out)
