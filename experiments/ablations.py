@@ -131,14 +131,16 @@ def funnel_markdown(rows: Sequence[dict], title: str) -> str:
     parts += [f"{dataset}, eps {eps:g}, seed {seed}", "",
               "| stage | " + " | ".join(r["variant"] for r in rs) + " |",
               "|---|" + "---|" * len(rs)]
-    stages = [s["stage"] for s in rs[0]["funnel"]]
-    for i, stage in enumerate(stages):
+    stages = []   # every stage any variant has, in funnel order (rows of older runs lack some)
+    for r in sorted(rs, key=lambda r: -len(r["funnel"])):
+      stages += [s["stage"] for s in r["funnel"] if s["stage"] not in stages]
+    for stage in stages:
       cells = []
       for r in rs:
-        s = r["funnel"][i] if i < len(r["funnel"]) else None
-        cells.append(f"{fmt(s['value'])} ({s['detail']})" if s and s["detail"] else
-                     fmt(s["value"]) if s else "-")
-      parts.append(f"| {stage} | " + " | ".join(cells) + " |")
+        s = next((x for x in r["funnel"] if x["stage"] == stage), None)
+        cells.append(f"{fmt(s['value'])} ({funnel_lib.cell(s['detail'])})"
+                     if s and s["detail"] else fmt(s["value"]) if s else "-")
+      parts.append(f"| {funnel_lib.cell(stage)} | " + " | ".join(cells) + " |")
     parts.append("")
   return "\n".join(parts)
 

@@ -74,6 +74,9 @@ def test_each_stage_on_a_hand_made_build(tmp_path):
   assert by["decode fidelity"]["value"] == pytest.approx(2 / 3)
   assert by["database recall"]["value"] == pytest.approx(2 / 4)
   assert by["context recall"]["value"] == pytest.approx(2 / 4)   # top-1 by the one-hot word
+  # Top-1: a recalled question has exactly one right text, never two.
+  assert by["context recall, >= 2 texts"]["value"] == 0.0
+  assert by["context recall, >= 2 texts"]["detail"].startswith("mean 1.00")
   assert by["accuracy"]["value"] == pytest.approx(1 / 4)
   assert by["accuracy | context recall"]["value"] == pytest.approx(1 / 2)
   assert "coverage 75 %" in funnel.headline(out)
