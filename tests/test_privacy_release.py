@@ -245,3 +245,14 @@ def test_noise_seed_modes():
   assert np.array_equal(np.asarray(privacy.keys.root_key(5)), np.asarray(jax.random.PRNGKey(5)))
   assert not np.array_equal(np.asarray(privacy.keys.root_key(5 + 2**32)),
                             np.asarray(jax.random.PRNGKey(5)))
+
+
+def test_release_configs_default_to_secret_noise():
+  """Build configs a user releases from draw secret noise; only tests, the demo and the
+  experiments (reproducible benchmarks, labelled so) are seeded."""
+  from experiments.configs import evaluate as evaluate_config  # pylint: disable=g-import-not-at-top
+  for arg in ("paper", "paper_cpu", "quick"):
+    assert medical_synth.get_config(arg).privacy.noise == "secret", arg
+  for arg in ("tiny", "demo"):
+    assert medical_synth.get_config(arg).privacy.noise == "seeded", arg
+  assert evaluate_config.get_config("paper_cpu").dp_synrag.privacy.noise == "seeded"
