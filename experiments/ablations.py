@@ -124,7 +124,7 @@ def funnel_markdown(rows: Sequence[dict], title: str) -> str:
   for r in rows:
     if r.get("funnel"):
       groups.setdefault((r["dataset"], r["epsilon_total"], r["seed"]), []).append(r)
-  fmt = lambda v: "-" if v is None else (f"{100 * v:.1f} %" if isinstance(v, float) else str(v))
+  fmt = funnel_lib.value_text
   parts = [f"### {title}: funnels by variant", ""]
   for (dataset, eps, seed), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], -kv[0][1],
                                                                         kv[0][2])):
@@ -174,13 +174,13 @@ def run(config, workdir: str) -> list[dict]:
                                         len(task.test), synrag=synrag)
           log_dir = os.path.join(workdir, wd_lib.PRIVATE, "answers", key)
           result = evaluation.evaluate_method(method, task, task.test, log_dir=log_dir)
-          row = {"dataset": dataset, "variant": variant, "epsilon_total": eps, "seed": seed,
-                 "settings": key, "build": os.path.relpath(method.workdir, workdir),
-                 "synthetic_texts": len(method.synthetic_texts),
-                 **{k: result[k] for k in ("accuracy", "context_recall", "epsilon",
-                                           "seconds_build", "seconds_answer")}}
-          if done is not None:   # the row as first measured; the funnel is what is new
-            row = {**done, "funnel": None}
+          # A row measured before funnels keeps its figures; only the funnel is new.
+          row = dict(done) if done is not None else {
+              "dataset": dataset, "variant": variant, "epsilon_total": eps, "seed": seed,
+              "settings": key, "build": os.path.relpath(method.workdir, workdir),
+              "synthetic_texts": len(method.synthetic_texts),
+              **{k: result[k] for k in ("accuracy", "context_recall", "epsilon",
+                                        "seconds_build", "seconds_answer")}}
           if with_funnel:
             row["funnel"] = funnel_lib.build_funnel(method.workdir, task, encoder, lm.decode,
                                                     result["per_question"])["stages"]

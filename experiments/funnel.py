@@ -147,16 +147,20 @@ def build_funnel(build_dir: str, task: Task, encoder, decode,
   return {"build": os.path.abspath(build_dir), "questions": len(golds), "stages": stages}
 
 
+def value_text(v) -> str:
+  """A stage's value as the tables print it: shares in %, counts as they are."""
+  return "-" if v is None else (f"{100 * v:.1f} %" if isinstance(v, float) else str(v))
+
+
 def cell(text) -> str:
   """Text for a markdown table cell: '|' (in "|S_r|", "accuracy | context recall") escaped."""
   return str(text).replace("|", "\\|")
 
 
 def markdown(funnel: dict, title: str) -> str:
-  fmt = lambda v: "-" if v is None else (f"{100 * v:.1f} %" if isinstance(v, float) else str(v))
   lines = [f"### {title}", "", "| stage | value | of | |", "|---|---|---|---|"]
   for s in funnel["stages"]:
-    lines.append(f"| {cell(s['stage'])} | {fmt(s['value'])} | {cell(s['of'])} | "
+    lines.append(f"| {cell(s['stage'])} | {value_text(s['value'])} | {cell(s['of'])} | "
                  f"{cell(s['detail'])} |")
   return "\n".join(lines) + "\n"
 

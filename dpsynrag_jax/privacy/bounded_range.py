@@ -104,7 +104,8 @@ def nonadaptive_delta(eps0: float, k: int, epsilon: float, t: float) -> float:
   """delta at `epsilon` of k independent copies of the worst-case pair at the same t (the
   generalized randomized response composition of Dong, Durfee & Rogers 2020):
 
-    delta = sum_i C(k, i) q^i (1 - q)^(k - i) (1 - e^(epsilon - l_i))_+,  l_i = i t + (k - i)(t - eps0)
+    delta = sum_i C(k, i) q^i (1 - q)^(k - i) (1 - e^(epsilon - l_i))_+,
+    l_i = i t + (k - i)(t - eps0)
 
   A reference for tests and reports, not an accountant: the token steps are adaptive, and
   adaptivity can cost more than this (the paper's "cost of adaptivity")."""

@@ -114,10 +114,12 @@ class Workdir:
 
     A finished run is refused unless `overwrite`; an interrupted one resumes only with the
     same config (another config would mix two runs' randomness and ledgers). In seeded noise
-    mode (privacy.noise), `overwrite` needs a seed other than the old build's: with the same seed the new build would draw the
-    same noise as the old one (keyed draws), and two releases sharing noise on changed data or
-    settings let the noise be subtracted. A new seed gives independent noise; the old release,
-    if it was ever published, is still out there and its budget still counts.
+    mode (privacy.noise), `overwrite` needs a seed other than the old build's: with the same
+    seed the new build would draw the same noise as the old one (keyed draws), and two releases
+    sharing noise on changed data or settings let the noise be subtracted. A new seed gives
+    independent noise; the old release, if it was ever published, is still out there and its
+    budget still counts. In secret mode clear() removes the old secret and the new build draws
+    its own.
     """
     config_path = self.path(CONFIG)
     if os.path.exists(config_path) and overwrite:
