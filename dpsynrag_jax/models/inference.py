@@ -108,7 +108,7 @@ class DecodeState:
 def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new_tokens: int,
                     select: Callable[[jax.Array, jax.Array, Any], jax.Array],
                     eos_ids: tuple[int, ...], pad_id: int, unrolled: bool | None = None,
-                    padding=None):
+                    padding=None, return_cache: bool = False):
   """Chooses up to max_new_tokens tokens per row in one on-device loop (not jitted itself).
 
   Args:
@@ -119,9 +119,14 @@ def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new
     unrolled: run the steps with unrolled layers (None: unrolled_decode_default()).
     padding: optional [B] bool, rows that are batch padding: done from the start (they emit
       pad_id), so the loop stops as soon as every real row has ended.
+    return_cache: also return the cache after the last step. A caller that donates the cache
+      to a jitted program returns it so that XLA can alias the two buffers and run the loop
+      in place on the donated one (without an output of its shape, a donated input cannot be
+      reused and the loop works on a copy).
 
   Returns:
-    (tokens [B, max_new_tokens] int32, lengths [B] int32 tokens up to and including EOS).
+    (tokens [B, max_new_tokens] int32, lengths [B] int32 tokens up to and including EOS), and
+    the final cache when return_cache.
   """
   b = logits.shape[0]
   eos = jnp.asarray(eos_ids, jnp.int32)
@@ -150,6 +155,8 @@ def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new
   emitted = jnp.arange(max_new_tokens)[None, :] < state.step
   is_eos = jnp.isin(state.tokens, eos) & emitted
   first_eos = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1) + 1, state.step)
+  if return_cache:
+    return state.tokens, first_eos.astype(jnp.int32), state.cache
   return state.tokens, first_eos.astype(jnp.int32)
 
 

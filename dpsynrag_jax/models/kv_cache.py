@@ -25,6 +25,7 @@ from dpsynrag_jax.models.config import DecoderConfig
 
 @flax.struct.dataclass
 class KVCache:
+  """k and v are stacked over layers, or (`unstack_layers`) tuples of per-layer arrays."""
   k: jax.Array          # [L, B, K, H, C] (transposed: see the module docstring)
   v: jax.Array          # [L, B, K, C, H]
   positions: jax.Array  # [B, C] int32 position held by each slot, -1 when empty
@@ -32,12 +33,16 @@ class KVCache:
   cursor: jax.Array     # [] int32 next free slot, shared by all rows
 
   @property
+  def per_layer(self) -> bool:
+    return isinstance(self.k, tuple)
+
+  @property
   def capacity(self) -> int:
-    return self.v.shape[3]
+    return self.positions.shape[1]
 
   @property
   def batch_size(self) -> int:
-    return self.k.shape[1]
+    return self.positions.shape[0]
 
 
 def init_cache(cfg: DecoderConfig, batch: int, capacity: int, dtype=jnp.float32) -> KVCache:
@@ -94,20 +99,31 @@ def write_rows(cache: KVCache, rows: KVCache, row0) -> KVCache:
 
   rows' C' <= C slots land at slots 0 .. C' - 1; the rows' later slots keep what `cache` held
   (empty, for a fresh cache). The cursor is the caller's to set (chunks of rows prefilled to
-  different lengths share one cache).
+  different lengths share one cache). `cache` may be per layer (unstack_layers), `rows` is
+  stacked.
   """
   zero = jnp.zeros((), jnp.int32)
-  at = (zero, row0, zero, zero, zero)
+  if cache.per_layer:
+    at = (row0, zero, zero, zero)
+    write = lambda layers, new: tuple(
+        jax.lax.dynamic_update_slice(a, new[i].astype(a.dtype), at) for i, a in enumerate(layers))
+    k, v = write(cache.k, rows.k), write(cache.v, rows.v)
+  else:
+    at = (zero, row0, zero, zero, zero)
+    k = jax.lax.dynamic_update_slice(cache.k, rows.k.astype(cache.k.dtype), at)
+    v = jax.lax.dynamic_update_slice(cache.v, rows.v.astype(cache.v.dtype), at)
   return cache.replace(
-      k=jax.lax.dynamic_update_slice(cache.k, rows.k.astype(cache.k.dtype), at),
-      v=jax.lax.dynamic_update_slice(cache.v, rows.v.astype(cache.v.dtype), at),
+      k=k, v=v,
       positions=jax.lax.dynamic_update_slice(cache.positions, rows.positions, (row0, zero)),
       lengths=jax.lax.dynamic_update_slice(cache.lengths, rows.lengths, (row0,)))
 
 
 def unstack_layers(cache: KVCache) -> KVCache:
   """The same cache with k and v as tuples of per-layer arrays ([B, K, H, C] and [B, K, C, H]):
-  the layout of decoder.decode_unrolled, where each layer's buffer is updated in place."""
+  the layout of decoder.decode_unrolled, where each layer's buffer is updated in place. A cache
+  that is per layer already is returned as it is."""
+  if cache.per_layer:
+    return cache
   num_layers = cache.v.shape[0]
   return cache.replace(k=tuple(cache.k[i] for i in range(num_layers)),
                        v=tuple(cache.v[i] for i in range(num_layers)))
