@@ -34,15 +34,16 @@ import tqdm
 
 from dpsynrag_jax.models import inference, kv_cache
 from dpsynrag_jax.models.language_model import LanguageModel, bucket_length
-from dpsynrag_jax.privacy import PrivateTokenSelector
+from dpsynrag_jax.privacy import PrivateTokenSelector, SparseVectorSelector
 
 REPHRASE_PROMPT = ("Rephrase the following document without altering the important information "
                    "contained within it.\nDocument: {d}")
-ROW_BUCKET = 16
+# A cluster's rows (documents, public row) are padded to a multiple of ROW_BUCKET: every padded
+# row costs a full decode row, while each distinct row count is one more program to compile.
+# 8 decodes 5 % fewer rows than 16 on paper_cpu (BUILD_NOTES, "Row buckets").
+ROW_BUCKET = 8
+PREFILL_CHUNK = 16  # rows per prefill call
 _SENTINEL = "\u2063DOC\u2063"
-
-
-PREFILL_CHUNK = ROW_BUCKET  # rows per prefill call
 
 
 def _prefill_rows(params, prefix_k, prefix_v, cache, logits, tokens, lengths, row0, *, cfg,
@@ -64,13 +65,16 @@ def _prefill_rows(params, prefix_k, prefix_v, cache, logits, tokens, lengths, ro
 
 def _decode_rows(params, cache, logits, doc_mask, public_mask, key, *, cfg, dtype, T, selector,
                  eos_ids, pad_id):
-  """T private steps over a prefilled cluster cache [B, P + S + T] -> (tokens [T], count, the
-  cache after the last step: returned only so that the donated cache is aliased)."""
+  """T private steps over a prefilled cluster cache [B, P + S + T] -> (tokens [T], count,
+  paid tokens among them, the cache after the last step: returned only so that the donated
+  cache is aliased)."""
   cache = cache.replace(cursor=jnp.asarray(cache.capacity - T, jnp.int32))
-  out, count, cache = inference.run_decode_loop(
+  out, count, state = inference.run_decode_loop(
       params, cfg, dtype, cache, logits, key, (doc_mask, public_mask), max_new_tokens=T,
-      select=selector, eos_ids=eos_ids, pad_id=pad_id, return_cache=True)
-  return out[0], count[0], cache  # every row carries the same tokens
+      select=selector, eos_ids=eos_ids, pad_id=pad_id, return_state=True)
+  # A sparse-vector selector counts its paid tokens; with any other, every token is paid.
+  paid = state.select_state[1] if isinstance(selector, SparseVectorSelector) else count[0]
+  return out[0], count[0], paid, state.cache  # every row carries the same tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +84,7 @@ class _Static:
   dtype: object
   capacity: int
   T: int
-  selector: PrivateTokenSelector
+  selector: PrivateTokenSelector | SparseVectorSelector
   eos_ids: tuple[int, ...]
   pad_id: int
   mesh: Mesh
@@ -137,7 +141,7 @@ def _prefill_program(static: _Static):
 
 @functools.lru_cache(maxsize=64)
 def _decode_program(static: _Static):
-  """Group program of _decode_rows -> (tokens [G, T], counts [G], the final cache). The
+  """Group program of _decode_rows -> (tokens [G, T], counts [G], paid [G], the final cache). The
   cache is donated and returned, so the while loop runs in place on the prefilled buffers
   instead of a copy of them; the caller drops what comes back."""
   def per_device(params, cache, logits, doc_mask, public_mask, keys):
@@ -166,6 +170,8 @@ class PrivatePredictor:
     lm: the language model.
     c, tau, method, alpha, omega, candidates, candidate_ids: the token mechanism (see
       PrivateTokenSelector).
+    svt: None (every token private, the paper), or a dict of SparseVectorSelector's threshold,
+      epsilon_test and paid: free public tokens wherever the test finds no disagreement.
     T: private tokens per cluster.
     prompt: template with a {d} slot for the document.
     devices: devices to spread clusters over (default: all local devices).
@@ -173,15 +179,20 @@ class PrivatePredictor:
 
   def __init__(self, lm: LanguageModel, *, c: float, tau: float, T: int,
                method: str = "grislain", alpha: float = 1.0, omega: float = 0.0,
-               candidates: int = 0, candidate_ids: Sequence[int] = (),
+               candidates: int = 0, candidate_ids: Sequence[int] = (), svt: dict | None = None,
                prompt: str = REPHRASE_PROMPT, devices: Sequence[jax.Device] | None = None):
     if T < 1:
       raise ValueError(f"T must be >= 1, got {T}.")
     selector = PrivateTokenSelector(
         c=float(c), tau=float(tau), method=method, alpha=float(alpha), omega=float(omega),
-        candidates=int(candidates), candidate_ids=tuple(sorted({int(i) for i in candidate_ids})))
+        candidates=int(candidates), candidate_ids=tuple(sorted({int(i) for i in candidate_ids})),
+        public_row=svt is not None)
     if any(not 0 <= i < lm.config.vocab_size for i in selector.candidate_ids):
       raise ValueError("candidate_ids must be token ids of the model's vocabulary.")
+    if svt is not None:
+      selector = SparseVectorSelector(
+          base=selector, threshold=float(svt["threshold"]),
+          epsilon_test=float(svt["epsilon_test"]), paid=int(svt["paid"]))
     mesh = Mesh(np.asarray(devices or jax.local_devices()), ("clusters",))
     params = jax.device_put(lm.params, NamedSharding(mesh, PartitionSpec()))
     self._assemble(lm, selector, T, prompt, mesh, params)
@@ -338,21 +349,28 @@ class PrivatePredictor:
                                                *chunk)
     return cache, logits
 
-  def decode_arrays(self, arrays, keys: Sequence[jax.Array]) -> tuple[np.ndarray, np.ndarray]:
-    """Prefill and T private steps of a packed group -> (tokens [G, T], counts [G])."""
+  def decode_arrays(self, arrays, keys: Sequence[jax.Array]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Prefill and T private steps of a packed group -> (tokens [G, T], counts [G], paid [G]:
+    tokens drawn privately, = counts unless the sparse vector test made some free)."""
     cache, logits = self.prefill_group(arrays)
     keys = list(keys) + [jax.random.PRNGKey(0)] * (self.num_devices - len(keys))
     split = NamedSharding(self.mesh, PartitionSpec("clusters"))
     masks = [jax.device_put(a, split) for a in arrays[2:]]
-    tokens, counts, _ = _decode_program(self._static(arrays[0].shape[2]))(
+    tokens, counts, paid, _ = _decode_program(self._static(arrays[0].shape[2]))(
         self._params, cache, logits, *masks, jax.device_put(jnp.stack(keys), split))
-    return np.asarray(tokens), np.asarray(counts)
+    return np.asarray(tokens), np.asarray(counts), np.asarray(paid)
 
   def decode_group(self, clusters: Sequence[Sequence[Sequence[int]]], keys: Sequence[jax.Array],
                    shape: tuple[int, int]) -> list[list[int]]:
     """Decodes up to num_devices clusters sharing `shape`; returns token ids per cluster."""
-    tokens, counts = self.decode_arrays(self.pack_group(clusters, shape), keys)
-    return [tokens[g, :counts[g]].tolist() for g in range(len(clusters))]
+    return self.decode_group_paid(clusters, keys, shape)[0]
+
+  def decode_group_paid(self, clusters, keys, shape) -> tuple[list[list[int]], list[int]]:
+    """decode_group, and how many of each cluster's tokens were drawn privately."""
+    tokens, counts, paid = self.decode_arrays(self.pack_group(clusters, shape), keys)
+    return ([tokens[g, :counts[g]].tolist() for g in range(len(clusters))],
+            [int(p) for p in paid[:len(clusters)]])
 
   @property
   def decodes_empty_without_model(self) -> bool:
@@ -383,7 +401,8 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
                 key_of: Callable[[int], jax.Array], *,
                 before_group: Callable[[list[int]], None] = lambda ids: None,
                 after_group: Callable[[dict[int, list[int]]], None] = lambda out: None,
-                progress: tqdm.tqdm | None = None) -> dict[int, list[int]]:
+                progress: tqdm.tqdm | None = None,
+                paid: dict[int, int] | None = None) -> dict[int, list[int]]:
   """Decodes many clusters, grouped by padded shape and run num_devices at a time.
 
   Args:
@@ -392,6 +411,8 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
     before_group: called with a group's ids before it is decoded (charge the ledger here).
     after_group: called with {id: tokens} once a group is decoded (persist here).
     progress: a tqdm bar advanced per cluster.
+    paid: if given, filled with cluster id -> tokens drawn privately (the rest were free public
+      tokens of the sparse vector test; without it, every token).
 
   Returns:
     cluster id -> token ids of its synthetic text.
@@ -403,6 +424,8 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
       # No document: the same draws as a padded decode, without its forward passes.
       before_group([cid])
       done = {cid: predictor.decode_empty(key_of(cid))}
+      if paid is not None:
+        paid[cid] = len(done[cid])
       after_group(done)
       out.update(done)
       if progress is not None:
@@ -414,9 +437,11 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
     for start in range(0, len(ids), n):
       group = ids[start:start + n]
       before_group(group)
-      tokens = predictor.decode_group([suffixes[c] for c in group],
-                                      [key_of(c) for c in group], shape)
+      tokens, group_paid = predictor.decode_group_paid([suffixes[c] for c in group],
+                                                       [key_of(c) for c in group], shape)
       done = dict(zip(group, tokens))
+      if paid is not None:
+        paid.update(zip(group, group_paid))
       after_group(done)
       out.update(done)
       if progress is not None:

@@ -9,6 +9,7 @@ import pytest
 
 from dpsynrag_jax.models import inference, load_lm
 from dpsynrag_jax.synrag import self_filter
+from dpsynrag_jax import private_decode
 from dpsynrag_jax.private_decode import PrivatePredictor
 from dpsynrag_jax.privacy import PrivateTokenSelector
 
@@ -197,7 +198,8 @@ def test_dp_rag_questions_of_any_length_share_compiled_programs(tiny_lm):
     assert per_question.prefix + rows[0] == whole.prefix + whole.suffixes([NOTE])[0]
     if i == 1:
       before = dict(inference.TRACE_COUNTS)
-    assert per_question.shape_of(rows) == (16, 96)   # the same buckets for all three
+    # The same buckets for all three: 5 rows fill one row bucket.
+    assert per_question.shape_of(rows) == (private_decode.ROW_BUCKET, 96)
     per_question.decode_group([rows], [jax.random.PRNGKey(i)], per_question.shape_of(rows))
   assert {k: inference.TRACE_COUNTS[k] - before.get(k, 0)
           for k in ("private_prefill", "private_decode")} == {"private_prefill": 0,

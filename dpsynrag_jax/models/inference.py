@@ -103,30 +103,33 @@ class DecodeState:
   cache: kv_cache.KVCache
   tokens: jax.Array    # [B, T] chosen tokens, pad after a row ends
   done: jax.Array      # [B] bool
+  select_state: Any = ()   # a stateful select's state (see run_decode_loop)
 
 
 def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new_tokens: int,
                     select: Callable[[jax.Array, jax.Array, Any], jax.Array],
                     eos_ids: tuple[int, ...], pad_id: int, unrolled: bool | None = None,
-                    padding=None, return_cache: bool = False):
+                    padding=None, return_state: bool = False):
   """Chooses up to max_new_tokens tokens per row in one on-device loop (not jitted itself).
 
   Args:
     logits: [B, V] logits of each row's next token (from prefill).
     select: (key, logits [B, V], aux) -> tokens [B]; hashable (a frozen dataclass), static.
+      A stateful select also has initial_state(key) -> state and
+      step(key, logits, aux, state) -> (tokens [B], state), which the loop calls instead.
     aux: any pytree select needs (e.g. a row mask); passed through unchanged.
     eos_ids: a row is done once it emits one of these (the EOS itself is kept).
     unrolled: run the steps with unrolled layers (None: unrolled_decode_default()).
     padding: optional [B] bool, rows that are batch padding: done from the start (they emit
       pad_id), so the loop stops as soon as every real row has ended.
-    return_cache: also return the cache after the last step. A caller that donates the cache
-      to a jitted program returns it so that XLA can alias the two buffers and run the loop
-      in place on the donated one (without an output of its shape, a donated input cannot be
-      reused and the loop works on a copy).
+    return_state: also return the final DecodeState (its cache, its select_state). A caller
+      that donates the cache to a jitted program returns the cache so that XLA can alias the
+      two buffers and run the loop in place on the donated one (without an output of its
+      shape, a donated input cannot be reused and the loop works on a copy).
 
   Returns:
     (tokens [B, max_new_tokens] int32, lengths [B] int32 tokens up to and including EOS), and
-    the final cache when return_cache.
+    the final DecodeState when return_state.
   """
   b = logits.shape[0]
   eos = jnp.asarray(eos_ids, jnp.int32)
@@ -138,25 +141,32 @@ def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new
   def cond(state: DecodeState):
     return (state.step < max_new_tokens) & ~jnp.all(state.done)
 
+  stateful = hasattr(select, "initial_state")
+
   def body(state: DecodeState):
     # Keyed by step, so a token's randomness does not depend on how the loop is run.
-    token = select(jax.random.fold_in(state.key, state.step), state.logits, aux)
+    step_key = jax.random.fold_in(state.key, state.step)
+    if stateful:
+      token, select_state = select.step(step_key, state.logits, aux, state.select_state)
+    else:
+      token, select_state = select(step_key, state.logits, aux), state.select_state
     token = jnp.where(state.done, pad_id, token)
     tokens = jax.lax.dynamic_update_slice(state.tokens, token[:, None], (0, state.step))
     done = state.done | jnp.isin(token, eos)
     next_logits, cache = step(state.cache, token)
     return DecodeState(step=state.step + 1, key=state.key, logits=next_logits, cache=cache,
-                       tokens=tokens, done=done)
+                       tokens=tokens, done=done, select_state=select_state)
 
   done = jnp.zeros((b,), bool) if padding is None else jnp.asarray(padding, bool)
   state = DecodeState(step=jnp.zeros((), jnp.int32), key=key, logits=logits, cache=cache,
-                      tokens=jnp.full((b, max_new_tokens), pad_id, jnp.int32), done=done)
+                      tokens=jnp.full((b, max_new_tokens), pad_id, jnp.int32), done=done,
+                      select_state=select.initial_state(key) if stateful else ())
   state = jax.lax.while_loop(cond, body, state)
   emitted = jnp.arange(max_new_tokens)[None, :] < state.step
   is_eos = jnp.isin(state.tokens, eos) & emitted
   first_eos = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1) + 1, state.step)
-  if return_cache:
-    return state.tokens, first_eos.astype(jnp.int32), state.cache
+  if return_state:
+    return state.tokens, first_eos.astype(jnp.int32), state
   return state.tokens, first_eos.astype(jnp.int32)
 
 

@@ -6,7 +6,9 @@ Neighbouring datasets differ by adding or removing one document. Sensitivities:
   threshold utility        1              -> sample_threshold, eps_theta-DP, eps_theta^2/8-zCDP
   clipped_logit_sum        L_inf c        -> sample_token, (2c/tau)-DP, (c/tau)^2/2-zCDP
   difference_clipped_sum   L_inf c        (the same token cost)
-PrivateTokenSelector is the token mechanism of the private decode (clip, sum, sample).
+  token gap (in documents) 1              -> svt_above, an eps_test-DP AboveThreshold instance
+PrivateTokenSelector is the token mechanism of the private decode (clip, sum, sample);
+SparseVectorSelector wraps it with free public tokens (a sparse vector test per step).
 """
 
 from dpsynrag_jax.privacy.accounting import ACCOUNTANTS
@@ -48,11 +50,13 @@ from dpsynrag_jax.privacy.mechanisms import threshold_intervals
 from dpsynrag_jax.privacy.mechanisms import threshold_sensitivity
 from dpsynrag_jax.privacy.mechanisms import token_epsilon
 from dpsynrag_jax.privacy.mechanisms import token_rho
+from dpsynrag_jax.privacy.mechanisms import svt_above
+from dpsynrag_jax.privacy.mechanisms import svt_noisy_threshold
+from dpsynrag_jax.privacy.mechanisms import svt_rho
 from dpsynrag_jax.privacy.token_mechanism import CLIP_METHODS
 from dpsynrag_jax.privacy.token_mechanism import PrivateTokenSelector
+from dpsynrag_jax.privacy.token_mechanism import SparseVectorSelector
 from dpsynrag_jax.privacy.queries import embedding_sum
-from dpsynrag_jax.privacy.token_mechanism import CLIP_METHODS
-from dpsynrag_jax.privacy.token_mechanism import PrivateTokenSelector
 from dpsynrag_jax.privacy.queries import embedding_sum_sensitivity
 from dpsynrag_jax.privacy.queries import keyword_histogram
 from dpsynrag_jax.privacy.queries import keyword_histogram_sensitivity

@@ -42,13 +42,45 @@ def _delta(delta):
     raise ValueError(f"delta must be in (0, 1), got {delta!r}.")
 
 
+# The free public tokens of the sparse vector test (SparseVectorSelector): a text pays for at
+# most `paid` tokens, each with its own AboveThreshold instance. svt_share is the part of a
+# paid token's zCDP cost that goes to its test: rho_test = svt_share / (1 - svt_share) *
+# (c/tau)^2 / 2, so the per-cluster cost paid * (c/tau)^2 / (2 (1 - svt_share)) is still
+# a + b c^2 and c is calibrated as for the paper's T tokens.
+
+
+def svt_epsilon_test(c: float, tau: float, svt_share: float) -> float:
+  """epsilon of each AboveThreshold instance when it takes svt_share of a paid token's rho."""
+  if not 0 < svt_share < 1:
+    raise ValueError(f"svt_share must be in (0, 1), got {svt_share!r}.")
+  return (c / tau) * math.sqrt(svt_share / (1.0 - svt_share))
+
+
+def token_steps_rho(count: int, c: float, tau: float, svt_share: float = 0.0) -> float:
+  """zCDP of a cluster's `count` paid tokens, with their tests when svt_share > 0."""
+  rho = costs.tokens_rho(count, c, tau)
+  if svt_share:
+    rho += costs.sparse_vector_rho(count, svt_epsilon_test(c, tau, svt_share))
+  return rho
+
+
+def token_steps_event(count: int, c: float, tau: float,
+                      svt_share: float = 0.0) -> dp_accounting.DpEvent:
+  tokens = costs.tokens_event(count, c, tau)
+  if not svt_share:
+    return tokens
+  return dp_accounting.ComposedDpEvent([
+      tokens, costs.sparse_vector_event(count, svt_epsilon_test(c, tau, svt_share))])
+
+
 # Closed form.
 
 
-def theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau) -> float:
-  """Total zCDP rho of one DP-SynRAG run (Theorem 1)."""
+def theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau, svt_share=0.0) -> float:
+  """Total zCDP rho of one DP-SynRAG run (Theorem 1). T is the tokens paid per cluster: all
+  of them for the paper's method, at most `paid` with the sparse vector test (svt_share)."""
   per_cluster = (costs.exponential_rho(eps_theta) + costs.gaussian_rho(1.0, sigma_mu) +
-                 costs.tokens_rho(T, c, tau))
+                 token_steps_rho(T, c, tau, svt_share))
   return costs.gaussian_rho(math.sqrt(K), sigma_h) + L * per_cluster
 
 
@@ -72,16 +104,17 @@ def eps_to_zcdp(eps: float, delta: float) -> float:
 # dp_accounting events.
 
 
-def cluster_dp_event(eps_theta, sigma_mu, T, c, tau) -> dp_accounting.DpEvent:
-  """The releases of one cluster: threshold EM, noisy embedding sum, T token steps."""
+def cluster_dp_event(eps_theta, sigma_mu, T, c, tau, svt_share=0.0) -> dp_accounting.DpEvent:
+  """The releases of one cluster: threshold EM, noisy embedding sum, T paid token steps."""
   return dp_accounting.ComposedDpEvent([
       costs.exponential_event(eps_theta),
       costs.gaussian_event(1.0, sigma_mu),    # the embedding sum has sensitivity 1
-      costs.tokens_event(T, c, tau),
+      token_steps_event(T, c, tau, svt_share),
   ])
 
 
-def run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau) -> dp_accounting.DpEvent:
+def run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau,
+                 svt_share=0.0) -> dp_accounting.DpEvent:
   """The DpEvent of a whole run: the histogram, then L clusters' worth of per-cluster releases.
 
   A document sits in at most L clusters and the clusters hold disjoint releases, so a document's
@@ -89,7 +122,8 @@ def run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau) -> dp_accounting
   """
   return dp_accounting.ComposedDpEvent([
       costs.gaussian_event(math.sqrt(K), sigma_h),
-      dp_accounting.SelfComposedDpEvent(cluster_dp_event(eps_theta, sigma_mu, T, c, tau), int(L)),
+      dp_accounting.SelfComposedDpEvent(
+          cluster_dp_event(eps_theta, sigma_mu, T, c, tau, svt_share), int(L)),
   ])
 
 
@@ -142,6 +176,20 @@ class Calibration:
   sigma_mu: float
   eps_theta: float
   c: float
+  svt_paid: int = 0         # > 0: the sparse vector test, at most this many paid tokens a text
+  svt_share: float = 0.0    # the part of a paid token's rho that goes to its test
+
+  @property
+  def paid_tokens(self) -> int:
+    """Tokens charged per cluster: T, or svt_paid with the sparse vector test."""
+    return self.svt_paid or self.T
+
+  @property
+  def epsilon_test(self) -> float:
+    """epsilon of each AboveThreshold instance (sparse vector test only)."""
+    if not self.svt_paid:
+      raise ValueError("This calibration has no sparse vector test (svt_paid = 0).")
+    return svt_epsilon_test(self.c, self.tau, self.svt_share)
 
   @property
   def c_over_tau(self) -> float:
@@ -157,12 +205,12 @@ class Calibration:
 
   @property
   def rho_total(self) -> float:
-    return theorem1_rho(self.K, self.sigma_h, self.L, self.eps_theta, self.sigma_mu, self.T,
-                        self.c, self.tau)
+    return theorem1_rho(self.K, self.sigma_h, self.L, self.eps_theta, self.sigma_mu,
+                        self.paid_tokens, self.c, self.tau, self.svt_share)
 
   def dp_event(self) -> dp_accounting.DpEvent:
-    return run_dp_event(self.K, self.sigma_h, self.L, self.eps_theta, self.sigma_mu, self.T,
-                        self.c, self.tau)
+    return run_dp_event(self.K, self.sigma_h, self.L, self.eps_theta, self.sigma_mu,
+                        self.paid_tokens, self.c, self.tau, self.svt_share)
 
   def eps_closed_form(self) -> float:
     return zcdp_to_eps(self.rho_total, self.delta)
@@ -174,7 +222,8 @@ class Calibration:
 def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int = 70,
               tau: float = 1.0, rho_hist: float = 0.1, eps_theta: float = 0.4,
               rho_retr: float = 0.009, accountant: str = "closed_form",
-              orders: Sequence[float] = DEFAULT_ORDERS) -> Calibration:
+              orders: Sequence[float] = DEFAULT_ORDERS, svt_paid: int = 0,
+              svt_share: float = 0.5) -> Calibration:
   """Chooses sigma_h, sigma_mu and c so that a run spends exactly (epsilon, delta).
 
   The histogram gets rho_hist (sigma_h = sqrt(K / (2 rho_hist))); each cluster's embedding sum
@@ -186,6 +235,10 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
   dp_accounting's calibrate_dp_mechanism so that the RdpAccountant's epsilon at delta equals
   `epsilon` (to a tolerance of 1e-12 in c).
 
+  svt_paid > 0 calibrates the sparse vector test instead of T private tokens: each text pays
+  for at most svt_paid tokens, each with an AboveThreshold instance that takes svt_share of
+  the paid token's zCDP (svt_epsilon_test); both accountants read the same events.
+
   Raises ValueError when the fixed parts alone exceed the budget.
   """
   _positive("epsilon", epsilon)
@@ -195,15 +248,23 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
     _positive(name, value)
   if accountant not in ACCOUNTANTS:
     raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}.")
+  if svt_paid < 0 or svt_paid > T:
+    raise ValueError(f"svt_paid must be in 0 .. T = {T}, got {svt_paid}.")
+  share = svt_share if svt_paid else 0.0
+  if svt_paid:
+    svt_epsilon_test(1.0, 1.0, share)   # checks the share
+  paid = svt_paid or T
   sigma_h = math.sqrt(K / (2.0 * rho_hist))
   sigma_mu = math.sqrt(1.0 / (2.0 * rho_retr))
   c = calibrate_c(
       epsilon, delta, accountant=accountant, orders=orders,
-      event_of_c=lambda c: run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau),
-      rho_of_c=lambda c: theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau),
+      event_of_c=lambda c: run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, paid, c, tau,
+                                        share),
+      rho_of_c=lambda c: theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, paid, c, tau, share),
       what="The histogram, thresholds and embedding sums")
   return Calibration(epsilon=epsilon, delta=delta, accountant=accountant, K=K, L=L, T=T,
-                     tau=tau, sigma_h=sigma_h, sigma_mu=sigma_mu, eps_theta=eps_theta, c=c)
+                     tau=tau, sigma_h=sigma_h, sigma_mu=sigma_mu, eps_theta=eps_theta, c=c,
+                     svt_paid=svt_paid, svt_share=share)
 
 
 def calibrate_c(epsilon: float, delta: float, *, event_of_c, rho_of_c, accountant: str,

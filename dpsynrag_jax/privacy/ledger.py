@@ -221,6 +221,14 @@ class PrivacyLedger:
     return self.record(make_entry("tokens", {"count": T, "c": c, "tau": tau},
                                   label=label or default, cluster=cluster))
 
+  def record_sparse_vector(self, cluster: int | None, count: int, epsilon: float, *,
+                           label: str = "") -> Entry:
+    """`count` AboveThreshold instances of parameter epsilon (the free-token tests of one
+    text: record the planned maximum of paid tokens, never how many were paid)."""
+    default = f"cluster {cluster} token tests" if cluster is not None else "token tests"
+    return self.record(make_entry("sparse_vector", {"count": count, "epsilon": epsilon},
+                                  label=label or default, cluster=cluster))
+
   # Totals.
 
   def _event_rdp(self, entry: Entry) -> np.ndarray:

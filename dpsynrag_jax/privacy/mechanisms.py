@@ -179,6 +179,34 @@ def sample_token(key: jax.Array, summed_clipped: jax.Array, tau, vocab_mask=None
   return jnp.argmax(logits + gumbel(key, logits.shape), axis=-1)
 
 
+# The sparse vector test (AboveThreshold, Dwork & Roth 2014, Theorem 3.23) of the free public
+# tokens: queries of sensitivity 1, a threshold noised once per instance, each query noised.
+
+
+def laplace(key: jax.Array, shape, scale) -> jax.Array:
+  """[shape] float32 Laplace(0, scale) noise."""
+  return scale * jax.random.laplace(key, shape, jnp.float32)
+
+
+def svt_noisy_threshold(key: jax.Array, threshold, epsilon) -> jax.Array:
+  """threshold + Lap(2 / epsilon): the noisy threshold of one AboveThreshold instance."""
+  return jnp.asarray(threshold, jnp.float32) + laplace(key, (), 2.0 / epsilon)
+
+
+def svt_above(key: jax.Array, query, noisy_threshold, epsilon) -> jax.Array:
+  """Whether query + Lap(4 / epsilon) >= noisy_threshold (scalar bool).
+
+  Privacy: an AboveThreshold instance (one noisy threshold, then this test on adaptively chosen
+  queries of sensitivity 1 until it first answers True) is epsilon-DP, hence epsilon^2/2-zCDP
+  (`svt_rho`), however many False answers it gives. The query need not be monotone (the
+  factor 4 rather than 2 in the query noise is what covers that).
+  """
+  return jnp.asarray(query, jnp.float32) + laplace(key, (), 4.0 / epsilon) >= noisy_threshold
+
+
+svt_rho = costs.svt_rho   # zCDP cost of one AboveThreshold instance
+
+
 def token_epsilon(c: float, tau: float) -> float:
   """Pure-DP epsilon of one `sample_token` step: 2c / tau."""
   return 2.0 * c / tau

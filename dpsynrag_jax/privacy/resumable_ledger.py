@@ -57,5 +57,10 @@ class ResumableLedger:
     self._once("tokens", cluster, name,
                lambda: self.ledger.record_tokens(cluster, T, c, tau, label=name))
 
+  def record_sparse_vector(self, cluster: int, count: int, epsilon: float) -> None:
+    """A cluster's token tests (the sparse vector test of its free public tokens)."""
+    self._once("sparse_vector", cluster, "",
+               lambda: self.ledger.record_sparse_vector(cluster, count, epsilon))
+
   def save(self) -> None:
     self.ledger.save(self.path)

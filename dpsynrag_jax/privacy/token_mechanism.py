@@ -7,6 +7,7 @@ Axis letters: B rows (documents, padded; at most one public row), V vocabulary.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +41,7 @@ class PrivateTokenSelector:
   omega: float = 0.0
   candidates: int = 0
   candidate_ids: tuple[int, ...] = ()
+  public_row: bool = False    # read the public row even if no option above needs it (the SVT)
 
   def __post_init__(self):
     if self.method not in CLIP_METHODS:
@@ -57,9 +59,12 @@ class PrivateTokenSelector:
 
   @property
   def needs_public_row(self) -> bool:
-    return bool(self.omega) or self.method == "difference" or self.candidates > 0
+    return (bool(self.omega) or self.method == "difference" or self.candidates > 0 or
+            self.public_row)
 
-  def __call__(self, key, logits, aux):
+  def utility(self, logits, aux):
+    """(utility [V], vocab_mask [V] bool or None, public row's logits [V] or None) of one step:
+    what __call__ samples from, each entry moved by at most c by one document."""
     doc_mask, public_mask = aux
     # The public row's logits [V], only when an option reads them (a [B, V] reduction per step).
     public = (clipping.finite_or_infinite(
@@ -81,5 +86,81 @@ class PrivateTokenSelector:
       vocab_mask = jnp.zeros(logits.shape[-1], bool).at[top].set(True)
       if self.candidate_ids:
         vocab_mask = vocab_mask.at[jnp.asarray(self.candidate_ids, jnp.int32)].set(True)
+    return utility, vocab_mask, public
+
+  def __call__(self, key, logits, aux):
+    utility, vocab_mask, _ = self.utility(logits, aux)
     token = mechanisms.sample_token(key, utility, self.tau, vocab_mask=vocab_mask)
     return jnp.broadcast_to(token, logits.shape[:1]).astype(jnp.int32)
+
+
+# Where a sparse-vector selector's per-instance threshold noise is drawn: key streams folded
+# into the cluster key apart from the decode loop's per-step keys (0 .. T - 1).
+_SVT_THRESHOLD_STREAM = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseVectorSelector:
+  """Free public tokens: a sparse vector test decides, per step, whether the cluster's private
+  prediction disagrees with the public row's; only then is a private token paid for.
+
+  Per step, with u the utility of `base` (one document moves each entry by at most c), A the
+  allowed tokens (base's candidate set, or the vocabulary) and a the public row's top allowed
+  token (public: the prompt with no document and the tokens already released):
+
+    gap = (max_{j in A} u_j - u_a) / (2c)      in documents: sensitivity 1 (each term moves <= c)
+
+  An AboveThreshold instance (mechanisms.svt_above, parameter epsilon_test) tests
+  gap >= threshold. Below it, the step emits a, at no cost beyond the running instance. Above
+  it, the step draws base's private token (2c/tau-DP) and a new instance starts with a fresh
+  noisy threshold. After `paid` paid tokens (a public constant) no test runs and every later
+  token is the public row's top token: post-processing. A cluster's text therefore costs at most
+  `paid` x (one instance + one token), whatever T is; the ledger charges exactly that.
+
+  Axis letters: B rows, V vocabulary.
+  """
+  base: PrivateTokenSelector
+  threshold: float = 1.0      # in documents
+  epsilon_test: float = 0.1
+  paid: int = 16
+
+  def __post_init__(self):
+    if not self.base.needs_public_row:
+      raise ValueError("SparseVectorSelector needs a base selector that reads the public row "
+                       "(PrivateTokenSelector(public_row=True)).")
+    if not (self.epsilon_test > 0 and math.isfinite(self.epsilon_test)):
+      raise ValueError(f"epsilon_test must be finite and > 0, got {self.epsilon_test!r}.")
+    if self.paid < 1:
+      raise ValueError(f"paid must be >= 1, got {self.paid}.")
+
+  @property
+  def needs_public_row(self) -> bool:
+    return True
+
+  def initial_state(self, key):
+    """(noisy threshold of the first instance, paid tokens so far)."""
+    noisy = mechanisms.svt_noisy_threshold(jax.random.fold_in(key, _SVT_THRESHOLD_STREAM),
+                                           self.threshold, self.epsilon_test)
+    return noisy, jnp.zeros((), jnp.int32)
+
+  def gap(self, utility, vocab_mask, public):
+    """(gap in documents, the public row's top allowed token)."""
+    allowed = jnp.ones(utility.shape, bool) if vocab_mask is None else vocab_mask
+    public_token = jnp.argmax(jnp.where(allowed, public, -jnp.inf))
+    top = jnp.max(jnp.where(allowed, utility, -jnp.inf))
+    return (top - utility[public_token]) / (2.0 * self.base.c), public_token
+
+  def step(self, key, logits, aux, state):
+    """(tokens [B], next state): one step of the test and, above it, a paid private token."""
+    noisy_threshold, paid_so_far = state
+    test_key, token_key, threshold_key = jax.random.split(key, 3)
+    utility, vocab_mask, public = self.base.utility(logits, aux)
+    gap, public_token = self.gap(utility, vocab_mask, public)
+    pay = (paid_so_far < self.paid) & mechanisms.svt_above(test_key, gap, noisy_threshold,
+                                                            self.epsilon_test)
+    private_token = mechanisms.sample_token(token_key, utility, self.base.tau,
+                                            vocab_mask=vocab_mask)
+    token = jnp.where(pay, private_token, public_token)
+    fresh = mechanisms.svt_noisy_threshold(threshold_key, self.threshold, self.epsilon_test)
+    state = (jnp.where(pay, fresh, noisy_threshold), paid_so_far + pay.astype(jnp.int32))
+    return jnp.broadcast_to(token, logits.shape[:1]).astype(jnp.int32), state

@@ -78,7 +78,9 @@ def calibration_of(config) -> privacy.Calibration:
   return privacy.calibrate(
       p.epsilon, p.delta, K=config.keywords.K, L=config.clustering.L, T=config.generation.T,
       tau=config.generation.tau, rho_hist=p.rho_hist, eps_theta=p.eps_theta,
-      rho_retr=p.rho_retr, accountant=p.accountant)
+      rho_retr=p.rho_retr, accountant=p.accountant,
+      svt_paid=config.generation.get("svt_paid", 0),
+      svt_share=config.generation.get("svt_share", 0.5))
 
 
 @dataclasses.dataclass
@@ -229,6 +231,8 @@ def _predictor(config, cal, lm) -> PrivatePredictor:
       candidates=g.get("candidates", 0),
       candidate_ids=candidates.term_token_ids(
           lm, candidates.public_terms(g.get("candidate_terms", ""))),
+      svt=(dict(threshold=g.get("svt_threshold", 1.0), epsilon_test=cal.epsilon_test, paid=cal.svt_paid)
+           if cal.svt_paid else None),
       devices=_devices(config.runtime.devices))
 
 
@@ -306,8 +310,13 @@ def _select_all(build: _Build, clusters, embeddings) -> list[np.ndarray]:
 
 
 def _charge_tokens(build: _Build, clusters) -> None:
+  """Each cluster's planned tokens: T, or with the sparse vector test its at most svt_paid
+  paid tokens and their tests (public maxima, never what a text used)."""
+  cal = build.cal
   for r in sorted(clusters):
-    build.ledger.record_tokens(r, build.cal.T, build.cal.c, build.cal.tau)
+    build.ledger.record_tokens(r, cal.paid_tokens, cal.c, cal.tau)
+    if cal.svt_paid:
+      build.ledger.record_sparse_vector(r, cal.svt_paid, cal.epsilon_test)
   build.ledger.save()
 
 

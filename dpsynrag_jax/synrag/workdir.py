@@ -233,6 +233,9 @@ OPTIONAL_FIELDS = {
     ("clustering", "merge_synonyms"): 0.0,
     ("generation", "candidates"): 0,
     ("generation", "candidate_terms"): "",
+    ("generation", "svt_paid"): 0,
+    ("generation", "svt_threshold"): 1.0,
+    ("generation", "svt_share"): 0.5,
 }
 # Fields that may differ between an interrupted run and its resume (how, not what, is built).
 _RUNTIME_ONLY = (("runtime", "overwrite"), ("runtime", "stop_after_clusters"),

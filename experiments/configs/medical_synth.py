@@ -90,6 +90,12 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   # candidate_terms ('medical_synth' or a file of public terms); 0 is the whole vocabulary.
   config.generation.candidates = 0
   config.generation.candidate_terms = ""
+  # Free public tokens (issue 18): > 0 turns on the sparse vector test, with at most this many
+  # paid tokens per text (public); svt_threshold is in documents, svt_share the part of each
+  # paid token's budget that goes to its test. 0 is the paper.
+  config.generation.svt_paid = 0
+  config.generation.svt_threshold = 1.0
+  config.generation.svt_share = 0.5
 
   config.self_filter = ml_collections.ConfigDict()
   config.self_filter.enabled = True
