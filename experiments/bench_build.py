@@ -23,6 +23,7 @@ funnel), never per cluster.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import resource
@@ -70,6 +71,47 @@ def useful_flops(cfg, prefix_len: int, suffixes, steps: int) -> float:
   return bench_generation.nominal_flops(cfg, [prefix_len + len(s) for s in suffixes], steps)
 
 
+@dataclasses.dataclass
+class Sample:
+  """A public sample of a build's clusters (indices 0 .. n-1) and what decoding them needs."""
+  config: object            # the build's settings (its released config.json)
+  lm: object
+  documents: list
+  selected: dict            # cluster -> member document ids (private build state)
+  ids: list                 # the sampled cluster indices present in the build
+  seconds: float            # loading
+
+
+def load_sample(build_dir: str, num_clusters: int) -> Sample:
+  """The build's settings, model, documents and chosen clusters 0 .. num_clusters-1."""
+  from dpsynrag_jax.data.private_documents import fit_to_budget, load_private_documents  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.models import dtype_named, load_lm  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
+
+  config = _config_of_build(build_dir)
+  selected = wd_lib.Workdir(build_dir).selected()
+  if not selected:
+    raise ValueError(f"{build_dir} holds no chosen clusters (private/selected.jsonl).")
+  ids = [r for r in range(num_clusters) if r in selected]
+  if len(ids) < num_clusters:
+    raise ValueError(f"{build_dir} has {len(selected)} clusters; asked for {num_clusters}.")
+  start = time.perf_counter()
+  lm = load_lm(config.model.lm, dtype=dtype_named(config.model.dtype))
+  documents, where = load_private_documents(config.data)
+  documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
+                            config.data.too_long)
+  return Sample(config=config, lm=lm, documents=documents, selected=selected, ids=ids,
+                seconds=time.perf_counter() - start)
+
+
+# Fresh keys for re-decoding a sample: a benchmark re-releases nothing.
+SAMPLE_KEY_SEED = 12345
+
+
+def sample_key_of(r: int) -> jax.Array:
+  return jax.random.fold_in(jax.random.PRNGKey(SAMPLE_KEY_SEED), r)
+
+
 def sample(build_dir: str, num_clusters: int, warmup: bool = True,
            row_buckets: Sequence[int] = ()) -> dict:
   """Times the private decode of clusters 0 .. num_clusters-1 of the build in `build_dir`.
@@ -80,30 +122,17 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   same keys and distribution; only float rounding of other padded shapes can move a draw).
   """
   from dpsynrag_jax import private_decode  # pylint: disable=g-import-not-at-top
-  from dpsynrag_jax.data.private_documents import fit_to_budget, load_private_documents  # pylint: disable=g-import-not-at-top
-  from dpsynrag_jax.models import dtype_named, load_lm  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
-  from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
 
-  config = _config_of_build(build_dir)
-  wd = wd_lib.Workdir(build_dir)
-  selected = wd.selected()
-  if not selected:
-    raise ValueError(f"{build_dir} holds no chosen clusters (private/selected.jsonl).")
-  ids = [r for r in range(num_clusters) if r in selected]
-  if len(ids) < num_clusters:
-    raise ValueError(f"{build_dir} has {len(selected)} clusters; asked for {num_clusters}.")
+  loaded = load_sample(build_dir, num_clusters)
+  config, ids, lm = loaded.config, loaded.ids, loaded.lm
   start = time.perf_counter()
   cal = pipeline.calibration_of(config)
-  lm = load_lm(config.model.lm, dtype=dtype_named(config.model.dtype))
-  documents, where = load_private_documents(config.data)
-  documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
-                            config.data.too_long)
   predictor = pipeline._predictor(config, cal, lm)   # pylint: disable=protected-access
-  suffixes = {r: predictor.suffixes([documents[i] for i in selected[r]]) for r in ids}
-  load_seconds = time.perf_counter() - start
-  key = jax.random.PRNGKey(12345)   # fresh keys: a benchmark re-releases nothing
-  key_of = lambda r: jax.random.fold_in(key, r)
+  suffixes = {r: predictor.suffixes([loaded.documents[i] for i in loaded.selected[r]])
+              for r in ids}
+  load_seconds = loaded.seconds + time.perf_counter() - start
+  key_of = sample_key_of
   cfg = lm.config
   rows_real = sum(len(suffixes[r]) for r in ids)
   peak = bench_generation.matmul_peak()

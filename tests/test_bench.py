@@ -100,3 +100,30 @@ def test_bench_build_decodes_a_public_sample_of_a_real_build(tmp_path):
   assert _tree_digest(workdir) == before
   with pytest.raises(ValueError, match="asked for 999"):
     bench_build.sample(workdir, num_clusters=999)
+  _check_decode_variants(workdir, before)
+
+
+def _check_decode_variants(workdir, before):
+  """decode_variants on the same tiny build: every (variant, eps) row is calibrated to its own
+  budget, the paper's method pays every token, the sparse vector test at most svt_paid per text,
+  and the build is left untouched."""
+  from experiments import decode_variants  # pylint: disable=g-import-not-at-top
+  decode_variants.VARIANTS["svt_test"] = {"svt_paid": 3, "svt_threshold": 0.5,
+                                          "svt_share": 0.5}
+  try:
+    report = decode_variants.run(workdir, 4, [10.0, 3.0], ["paper", "svt_test"])
+  finally:
+    del decode_variants.VARIANTS["svt_test"]
+  rows = {(r["variant"], r["epsilon"]): r for r in report["rows"]}
+  assert set(rows) == {("paper", 10.0), ("paper", 3.0), ("svt_test", 10.0), ("svt_test", 3.0)}
+  for (name, eps), row in rows.items():
+    assert row["epsilon_spent_closed_form"] == pytest.approx(eps, rel=1e-9)
+    if name == "paper":
+      assert row["tokens_paid_share"] == 1.0 and row["paid_tokens_charged"] == 8
+    else:
+      assert row["paid_tokens_charged"] == 3
+      assert row["tokens_paid_share"] <= 3 * report["clusters"] / row["tokens"] + 1e-9
+      # Fewer paid tokens per text buy a larger c at the same budget.
+      assert row["c"] > rows[("paper", eps)]["c"]
+  assert "| svt_test | 3 |" in decode_variants.markdown(report)
+  assert _tree_digest(workdir) == before
