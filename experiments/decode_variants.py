@@ -118,9 +118,8 @@ def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
              "decode_fidelity": sum(hits) / len(hits) if hits else None,
              "pure_clusters": len(hits), "tokens": total,
              "tokens_paid_share": sum(paid.values()) / total if total else None,
-             "mean_text_tokens": total / len(tokens), "seconds": seconds,
-             "example": texts[min(pure)] if pure else ""}
-      print(json.dumps({k: v for k, v in row.items() if k != "example"}), flush=True)
+             "mean_text_tokens": total / len(tokens), "seconds": seconds}
+      print(json.dumps(row), flush=True)
       rows.append(row)
   return {"build": os.path.abspath(build_dir), "clusters": len(loaded.ids),
           "pure_clusters": len(pure), "build_epsilon": float(config.privacy.epsilon),
