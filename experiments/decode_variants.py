@@ -20,7 +20,6 @@ evaluation artifact.
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import time
@@ -29,6 +28,7 @@ from absl import app
 from absl import flags
 
 from experiments import bench_build
+from experiments import funnel
 
 FLAGS = flags.FLAGS
 
@@ -39,9 +39,6 @@ VARIANTS = {
     "svt10": {"svt_paid": 10, "svt_threshold": 1.0, "svt_share": 0.5},
     "svt20_prior": {"svt_paid": 20, "svt_threshold": 1.0, "svt_share": 0.5, "omega": 0.1},
 }
-PURE = 0.5
-
-
 def define_flags() -> None:
   flags.DEFINE_string("build_dir", "", "A build whose clusters are chosen (private state).")
   flags.DEFINE_integer("clusters", 60, "Decode clusters 0 .. clusters-1.")
@@ -51,18 +48,10 @@ def define_flags() -> None:
 
 
 def majorities(task, selected: dict, ids) -> dict[int, str]:
-  """Sampled cluster -> its majority answer, for clusters of purity >= PURE."""
-  answers = task.document_answers()
-  out = {}
-  for r in ids:
-    members = selected[r]
-    counts = collections.Counter(a for i in members for a in set(answers[i]))
-    if not counts:
-      continue
-    answer, n = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    if n / len(members) >= PURE:
-      out[r] = answer
-  return out
+  """Sampled cluster -> its majority answer, for clusters of purity >= funnel.PURE."""
+  majority, purity = funnel.cluster_majorities({r: selected[r] for r in ids},
+                                               task.document_answers())
+  return {r: a for r, a in majority.items() if purity[r] >= funnel.PURE}
 
 
 def variant_config(config, epsilon: float, overrides: dict):
@@ -77,7 +66,6 @@ def variant_config(config, epsilon: float, overrides: dict):
 
 def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
   from dpsynrag_jax import private_decode  # pylint: disable=g-import-not-at-top
-  from dpsynrag_jax import digests  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.data.tasks import load_task  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
 
@@ -90,10 +78,7 @@ def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
     raise app.UsageError("decode_variants scores Medical Synth builds (answers are diseases).")
   task = load_task("medical", num_documents=config.data.num_documents, num_validation=0,
                    num_test=0, seed=config.data.split_seed)
-  digest = os.path.join(build_dir, "private", "documents.sha256")
-  if (os.path.exists(digest) and open(digest, encoding="utf-8").read().strip() !=
-      digests.sequence_sha256(task.documents)):
-    raise ValueError(f"{build_dir} was built from other documents than the task's.")
+  funnel.check_documents(build_dir, task)
   pure = majorities(task, loaded.selected, loaded.ids)
   rows = []
   for name in variants:

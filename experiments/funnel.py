@@ -63,6 +63,30 @@ def cluster_texts(build_dir: str, decode) -> dict[int, str]:
   return {r["cluster"]: decode(r["tokens"]).strip() for r in rows}
 
 
+def check_documents(build_dir: str, task: Task) -> None:
+  """Raises ValueError if the build's private document digest is not that of task.documents."""
+  digest = os.path.join(build_dir, wd_lib.PRIVATE, "documents.sha256")
+  if os.path.exists(digest) and (open(digest, encoding="utf-8").read().strip() !=
+                                 digests.sequence_sha256(task.documents)):
+    raise ValueError(f"{build_dir} was built from other documents than the task's.")
+
+
+def cluster_majorities(members: dict, doc_answers) -> tuple[dict, dict]:
+  """(cluster -> majority answer, cluster -> purity: the share of S_r holding it) over the
+  non-empty clusters; a cluster whose documents have no answer has purity 0 and no majority."""
+  majority, purity = {}, {}
+  for r, ids in sorted(members.items()):
+    if len(ids) == 0:   # lists or arrays of document ids
+      continue
+    counts = collections.Counter(a for i in ids for a in set(doc_answers[i]))
+    if not counts:
+      purity[r] = 0.0
+      continue
+    answer, n = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))   # ties: alphabetical
+    majority[r], purity[r] = answer, n / len(ids)
+  return majority, purity
+
+
 def build_funnel(build_dir: str, task: Task, encoder, decode,
                  per_question: dict | None = None) -> dict:
   """The funnel of the build in `build_dir` against `task`'s test questions.
@@ -78,24 +102,11 @@ def build_funnel(build_dir: str, task: Task, encoder, decode,
   wd = wd_lib.Workdir(build_dir)
   if not os.path.exists(wd.private_path("selected.jsonl")):
     raise wd_lib.WorkdirError(f"{build_dir} holds no build whose clusters are chosen.")
-  digest = os.path.join(wd.private, "documents.sha256")
-  if os.path.exists(digest) and (open(digest, encoding="utf-8").read().strip() !=
-                                 digests.sequence_sha256(task.documents)):
-    raise ValueError(f"{build_dir} was built from other documents than the task's.")
+  check_documents(build_dir, task)
   members = {r["cluster"]: r["members"]
              for r in wd_lib.read_jsonl(wd.private_path("selected.jsonl"))}
-  doc_answers = task.document_answers()
   texts = cluster_texts(build_dir, decode)
-  majority, purity = {}, {}
-  for r, ids in sorted(members.items()):
-    if not ids:
-      continue
-    counts = collections.Counter(a for i in ids for a in set(doc_answers[i]))
-    if not counts:
-      purity[r] = 0.0
-      continue
-    answer, n = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))   # ties: alphabetical
-    majority[r], purity[r] = answer, n / len(ids)
+  majority, purity = cluster_majorities(members, task.document_answers())
   sizes = [len(m) for m in members.values() if m]
   golds = [q.answers for q in task.test]
   majorities = set(majority.values())

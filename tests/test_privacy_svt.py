@@ -42,6 +42,17 @@ def cluster(rng, size):
   return logits, doc_mask, public_mask
 
 
+def make_extreme(logits, token):
+  """Document 0 puts all its mass on `token` (-inf elsewhere)."""
+  logits[0] = -np.inf
+  logits[0, token] = 30.0
+
+
+def without_first(doc_mask):
+  """The neighbour without document 0."""
+  return doc_mask & (np.arange(B) > 0)
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def step_parts(sel, logits, doc_mask, public_mask):
   """(gap, public token, log-probabilities of the private token) of one step."""
@@ -74,10 +85,9 @@ def test_gap_has_sensitivity_one_document():
   for _ in range(300):
     size = int(rng.integers(1, B - 1))
     logits, with_doc, public = cluster(rng, size)
-    if rng.random() < 0.3:   # an extreme document: all its mass on one token
-      logits[0] = -np.inf
-      logits[0, rng.integers(V)] = 30.0
-    without = with_doc & (np.arange(B) > 0)
+    if rng.random() < 0.3:   # an extreme document
+      make_extreme(logits, rng.integers(V))
+    without = without_first(with_doc)
     g1 = float(step_parts(sel, logits, with_doc, public)[0])
     g0 = float(step_parts(sel, logits, without, public)[0])
     worst = max(worst, abs(g1 - g0))
@@ -95,9 +105,8 @@ def test_exact_one_step_audit_on_random_neighbours():
     if trial % 2:   # the public row disagrees with every document on the top token
       logits[:size, 0] = 12.0
       logits[B - 1, 1] = 12.0
-    logits[0] = -np.inf
-    logits[0, trial % V] = 30.0
-    without = with_doc & (np.arange(B) > 0)
+    make_extreme(logits, trial % V)
+    without = without_first(with_doc)
     a = outcome_log_probs(*step_parts(sel, logits, with_doc, public))
     b = outcome_log_probs(*step_parts(sel, logits, without, public))
     worst = max(worst, np.abs(a - b).max())

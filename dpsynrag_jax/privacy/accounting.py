@@ -49,10 +49,15 @@ def _delta(delta):
 # a + b c^2 and c is calibrated as for the paper's T tokens.
 
 
-def svt_epsilon_test(c: float, tau: float, svt_share: float) -> float:
-  """epsilon of each AboveThreshold instance when it takes svt_share of a paid token's rho."""
+def _svt_share(svt_share: float) -> float:
   if not 0 < svt_share < 1:
     raise ValueError(f"svt_share must be in (0, 1), got {svt_share!r}.")
+  return svt_share
+
+
+def svt_epsilon_test(c: float, tau: float, svt_share: float) -> float:
+  """epsilon of each AboveThreshold instance when it takes svt_share of a paid token's rho."""
+  _svt_share(svt_share)
   return (c / tau) * math.sqrt(svt_share / (1.0 - svt_share))
 
 
@@ -250,9 +255,7 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
     raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}.")
   if svt_paid < 0 or svt_paid > T:
     raise ValueError(f"svt_paid must be in 0 .. T = {T}, got {svt_paid}.")
-  share = svt_share if svt_paid else 0.0
-  if svt_paid:
-    svt_epsilon_test(1.0, 1.0, share)   # checks the share
+  share = _svt_share(svt_share) if svt_paid else 0.0
   paid = svt_paid or T
   sigma_h = math.sqrt(K / (2.0 * rho_hist))
   sigma_mu = math.sqrt(1.0 / (2.0 * rho_retr))
