@@ -159,7 +159,9 @@ def _documentless_tokens(key, *, selector: PrivateTokenSelector, T: int, vocab_s
   public row): every step's utility is the all-zero masked sum, so the draws need no model."""
   logits = jnp.zeros((1, vocab_size), jnp.float32)
   aux = (jnp.zeros((1,), bool), jnp.zeros((1,), bool))
-  step = lambda s: selector(jax.random.fold_in(key, s), logits, aux)[0]
+  # The decode loop's per-step key and step index (a stateful selector's state is the index).
+  step = lambda s: selector.select_at(jax.random.fold_in(key, s), logits, aux,
+                                      s if selector.stateful else None)[0]
   return jax.lax.map(step, jnp.arange(T, dtype=jnp.int32))
 
 
@@ -168,8 +170,8 @@ class PrivatePredictor:
 
   Args:
     lm: the language model.
-    c, tau, method, alpha, omega, candidates, candidate_ids: the token mechanism (see
-      PrivateTokenSelector).
+    c, tau, method, alpha, omega, candidates, candidate_ids, candidate_width, min_length: the
+      token mechanism (see PrivateTokenSelector; min_length bans the model's EOS ids).
     svt: None (every token private, the paper), or a dict of SparseVectorSelector's threshold,
       epsilon_test and paid: free public tokens wherever the test finds no disagreement.
     T: private tokens per cluster.
@@ -179,14 +181,20 @@ class PrivatePredictor:
 
   def __init__(self, lm: LanguageModel, *, c: float, tau: float, T: int,
                method: str = "grislain", alpha: float = 1.0, omega: float = 0.0,
-               candidates: int = 0, candidate_ids: Sequence[int] = (), svt: dict | None = None,
+               candidates: int = 0, candidate_ids: Sequence[int] = (),
+               candidate_width: float = 0.0, min_length: int = 0, svt: dict | None = None,
                prompt: str = REPHRASE_PROMPT, devices: Sequence[jax.Device] | None = None):
     if T < 1:
       raise ValueError(f"T must be >= 1, got {T}.")
     selector = PrivateTokenSelector(
         c=float(c), tau=float(tau), method=method, alpha=float(alpha), omega=float(omega),
         candidates=int(candidates), candidate_ids=tuple(sorted({int(i) for i in candidate_ids})),
+        candidate_width=float(candidate_width), min_length=int(min_length),
+        eos_ids=(tuple(i for i in lm.eos_ids if 0 <= i < lm.config.vocab_size)
+                 if min_length else ()),
         public_row=svt is not None)
+    if min_length > T:
+      raise ValueError(f"min_length ({min_length}) exceeds T ({T}): no text could end.")
     if any(not 0 <= i < lm.config.vocab_size for i in selector.candidate_ids):
       raise ValueError("candidate_ids must be token ids of the model's vocabulary.")
     if svt is not None:

@@ -119,7 +119,7 @@ def sampled_steps(sel, keys, logits, doc_mask, public_mask, n):
   del n
   def one(key):
     state = sel.initial_state(key)
-    tokens, (_, paid) = sel.step(jax.random.fold_in(key, 0), logits, (doc_mask, public_mask),
+    tokens, (_, paid, _) = sel.step(jax.random.fold_in(key, 0), logits, (doc_mask, public_mask),
                                  state)
     return tokens[0], paid
   return jax.vmap(one)(keys)

@@ -18,6 +18,11 @@ from dpsynrag_jax.privacy import PrivateTokenSelector
 from experiments.configs import medical_synth
 
 
+@pytest.fixture(scope="module")
+def tiny_lm():
+  return load_lm("tiny-random")
+
+
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), rows=st.integers(1, 6), c=st.floats(0.01, 3.0))
 def test_difference_clipping_moves_each_token_by_at_most_c_per_document(seed, rows, c):
@@ -57,11 +62,60 @@ def test_candidates_restrict_every_draw_to_the_public_top_and_the_term_ids():
                for i in range(50)}
 
 
+def test_top_k_plus_admits_exactly_the_tokens_within_the_width_of_the_kth_public_logit():
+  v = 60
+  public_row = jnp.zeros(v).at[40:44].set(jnp.array([10.0, 9.0, 8.0, 7.5]))
+  public_row = public_row.at[20].set(6.6).at[21].set(6.4)  # kth (k = 2) is 9.0
+  logits = jnp.concatenate([jnp.zeros((2, v)), public_row[None]])
+  aux = (jnp.array([True, True, False]), jnp.array([False, False, True]))
+  sel = PrivateTokenSelector(c=1.0, candidates=2, candidate_width=2.5)
+  _, mask, _ = sel.utility(logits, aux)
+  assert set(np.flatnonzero(np.asarray(mask)).tolist()) == {40, 41, 42, 43, 20}
+  drawn = {int(sel(jax.random.PRNGKey(i), logits, aux)[0]) for i in range(300)}
+  assert drawn == {40, 41, 42, 43, 20}   # every admitted token reachable, no other
+
+
+def test_min_length_bans_eos_before_its_step_and_only_then():
+  v, eos = 30, 7
+  docs = jnp.zeros((2, v)).at[:, eos].set(50.0)           # the documents want to stop at once
+  logits = jnp.concatenate([docs, jnp.zeros((1, v))])
+  aux = (jnp.array([True, True, False]), jnp.array([False, False, False]))
+  sel = PrivateTokenSelector(c=5.0, tau=0.1, min_length=3, eos_ids=(eos,))
+  assert sel.stateful
+  state = sel.initial_state(jax.random.PRNGKey(0))
+  for step in range(5):
+    tokens, state = sel.step(jax.random.PRNGKey(step), logits, aux, state)
+    assert (int(tokens[0]) == eos) == (step >= 3), step
+  with pytest.raises(ValueError, match="step index"):
+    sel(jax.random.PRNGKey(0), logits, aux)
+
+
+def test_min_length_holds_in_the_decode_and_for_empty_clusters(tiny_lm):
+  pp = PrivatePredictor(tiny_lm, c=0.1, tau=1.0, T=12, min_length=12)
+  assert pp.decodes_empty_without_model
+  docs = [pp.suffixes(["a short note"])]
+  for seed in range(3):
+    key = jax.random.PRNGKey(seed)
+    empty = pp.decode_empty(key)
+    assert empty == pp.decode_group([[]], [key], pp.shape_of([]))[0]
+    assert len(empty) == 12 and not set(empty[:-1]) & set(tiny_lm.eos_ids)
+    text = pp.decode_group(docs, [key], pp.shape_of(docs[0]))[0]
+    assert len(text) == 12 and not set(text[:-1]) & set(tiny_lm.eos_ids)
+  with pytest.raises(ValueError, match="exceeds T"):
+    PrivatePredictor(tiny_lm, c=0.1, tau=1.0, T=4, min_length=5)
+
+
 def test_selector_refuses_unknown_settings():
   with pytest.raises(ValueError, match="Unknown clipping method"):
     PrivateTokenSelector(c=1.0, method="nope")
   with pytest.raises(ValueError, match="candidates must be"):
     PrivateTokenSelector(c=1.0, candidates=-1)
+  with pytest.raises(ValueError, match="candidate_width widens"):
+    PrivateTokenSelector(c=1.0, candidate_width=2.0)
+  with pytest.raises(ValueError, match="candidate_width must be"):
+    PrivateTokenSelector(c=1.0, candidates=3, candidate_width=float("inf"))
+  with pytest.raises(ValueError, match="give eos_ids"):
+    PrivateTokenSelector(c=1.0, min_length=3)
 
 
 def test_term_token_ids_cover_the_terms_and_eos():
@@ -80,6 +134,8 @@ def test_term_token_ids_cover_the_terms_and_eos():
 @pytest.mark.parametrize("overrides", [
     {"clip": "difference"},
     {"candidates": 16, "candidate_terms": "medical_synth"},
+    {"candidates": 8, "candidate_width": 3.0, "candidate_terms": "medical_synth",
+     "min_length": 4, "svt_paid": 3},
 ])
 @pytest.mark.slow
 def test_options_run_end_to_end_with_the_same_ledger(tmp_path, overrides):

@@ -115,7 +115,7 @@ def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new
   Args:
     logits: [B, V] logits of each row's next token (from prefill).
     select: (key, logits [B, V], aux) -> tokens [B]; hashable (a frozen dataclass), static.
-      A stateful select also has initial_state(key) -> state and
+      A stateful select (its `stateful` is True) also has initial_state(key) -> state and
       step(key, logits, aux, state) -> (tokens [B], state), which the loop calls instead.
     aux: any pytree select needs (e.g. a row mask); passed through unchanged.
     eos_ids: a row is done once it emits one of these (the EOS itself is kept).
@@ -141,7 +141,7 @@ def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new
   def cond(state: DecodeState):
     return (state.step < max_new_tokens) & ~jnp.all(state.done)
 
-  stateful = hasattr(select, "initial_state")
+  stateful = getattr(select, "stateful", False)
 
   def body(state: DecodeState):
     # Keyed by step, so a token's randomness does not depend on how the loop is run.

@@ -27,7 +27,10 @@ class PrivateTokenSelector:
   method difference:
     utility = log p_public + sum over document rows of clip(log p_i - log p_public, -c, c)
   token ~ softmax(utility / tau), over the whole vocabulary or, with candidates > 0, over the
-  public row's top-`candidates` tokens plus `candidate_ids` (a public list).
+  public row's top-`candidates` tokens, widened by every token whose public logit is within
+  `candidate_width` nats of the candidates-th largest (InvisibleInk's top-k+), plus
+  `candidate_ids` (a public list). With min_length > 0, `eos_ids` are not allowed before step
+  min_length (the step index is public), so a text cannot end before it.
 
   Every document row contributes a vector in [-c, c] and the public row holds no private data
   (its context is the prompt and the tokens already released), so each token is the
@@ -41,6 +44,9 @@ class PrivateTokenSelector:
   omega: float = 0.0
   candidates: int = 0
   candidate_ids: tuple[int, ...] = ()
+  candidate_width: float = 0.0   # nats below the candidates-th public logit still admitted
+  min_length: int = 0            # steps before which no EOS may be drawn
+  eos_ids: tuple[int, ...] = ()
   public_row: bool = False    # read the public row even if no option above needs it (the SVT)
 
   def __post_init__(self):
@@ -56,15 +62,30 @@ class PrivateTokenSelector:
     if self.candidate_ids and not self.candidates:
       raise ValueError("candidate_ids (candidate_terms) restrict only the candidate set of "
                        "candidates > 0; set generation.candidates too, or drop the terms.")
+    if not (self.candidate_width >= 0 and math.isfinite(self.candidate_width)):
+      raise ValueError(f"candidate_width must be finite and >= 0, got {self.candidate_width!r}.")
+    if self.candidate_width and not self.candidates:
+      raise ValueError("candidate_width widens the public top-k of candidates > 0; set "
+                       "generation.candidates too, or drop the width.")
+    if self.min_length < 0:
+      raise ValueError(f"min_length must be >= 0, got {self.min_length}.")
+    if self.min_length and not self.eos_ids:
+      raise ValueError("min_length bans EOS before a step: give eos_ids.")
+
+  @property
+  def stateful(self) -> bool:
+    """Whether decode_loop must thread a state (the step index, for min_length)."""
+    return self.min_length > 0
 
   @property
   def needs_public_row(self) -> bool:
     return (bool(self.omega) or self.method == "difference" or self.candidates > 0 or
             self.public_row)
 
-  def utility(self, logits, aux):
+  def utility(self, logits, aux, step=None):
     """(utility [V], vocab_mask [V] bool or None, public row's logits [V] or None) of one step:
-    what __call__ samples from, each entry moved by at most c by one document."""
+    what __call__ samples from, each entry moved by at most c by one document. step: the
+    step's index (a scalar), read only by min_length."""
     doc_mask, public_mask = aux
     # The public row's logits [V], only when an option reads them (a [B, V] reduction per step).
     public = (clipping.finite_or_infinite(
@@ -80,18 +101,42 @@ class PrivateTokenSelector:
         # Shifted by its maximum (the same softmax), so a huge public logit cannot overflow.
         top = jnp.max(public)
         utility = utility + self.omega * jnp.where(jnp.isfinite(top), public - top, 0.0)
-    vocab_mask = None
-    if self.candidates:
-      _, top = jax.lax.top_k(public, self.candidates)
-      vocab_mask = jnp.zeros(logits.shape[-1], bool).at[top].set(True)
-      if self.candidate_ids:
-        vocab_mask = vocab_mask.at[jnp.asarray(self.candidate_ids, jnp.int32)].set(True)
+    vocab_mask = self._candidate_mask(public) if self.candidates else None
+    if self.min_length:
+      if step is None:
+        raise ValueError("min_length needs the step index: run the selector statefully.")
+      eos = jnp.zeros(logits.shape[-1], bool).at[jnp.asarray(self.eos_ids, jnp.int32)].set(True)
+      allowed = jnp.ones(logits.shape[-1], bool) if vocab_mask is None else vocab_mask
+      vocab_mask = allowed & ~(eos & (step < self.min_length))
     return utility, vocab_mask, public
 
-  def __call__(self, key, logits, aux):
-    utility, vocab_mask, _ = self.utility(logits, aux)
+  def _candidate_mask(self, public):
+    """[V] bool: the public top-k, every token within candidate_width of its k-th logit, and
+    candidate_ids."""
+    top_values, top = jax.lax.top_k(public, self.candidates)
+    mask = jnp.zeros(public.shape, bool).at[top].set(True)
+    if self.candidate_width:
+      mask = mask | (public >= top_values[-1] - self.candidate_width)
+    if self.candidate_ids:
+      mask = mask.at[jnp.asarray(self.candidate_ids, jnp.int32)].set(True)
+    return mask
+
+  def select_at(self, key, logits, aux, step=None):
+    """tokens [B] (the same token on every row) of the step `step`."""
+    utility, vocab_mask, _ = self.utility(logits, aux, step)
     token = mechanisms.sample_token(key, utility, self.tau, vocab_mask=vocab_mask)
     return jnp.broadcast_to(token, logits.shape[:1]).astype(jnp.int32)
+
+  def __call__(self, key, logits, aux):
+    return self.select_at(key, logits, aux)
+
+  def initial_state(self, key):
+    del key
+    return jnp.zeros((), jnp.int32)
+
+  def step(self, key, logits, aux, state):
+    """(tokens [B], next state) of the stateful protocol; state is the step index."""
+    return self.select_at(key, logits, aux, state), state + 1
 
 
 # Where a sparse-vector selector's per-instance threshold noise is drawn: key streams folded
@@ -137,11 +182,15 @@ class SparseVectorSelector:
   def needs_public_row(self) -> bool:
     return True
 
+  @property
+  def stateful(self) -> bool:
+    return True
+
   def initial_state(self, key):
-    """(noisy threshold of the first instance, paid tokens so far)."""
+    """(noisy threshold of the first instance, paid tokens so far, step index)."""
     noisy = mechanisms.svt_noisy_threshold(jax.random.fold_in(key, _SVT_THRESHOLD_STREAM),
                                            self.threshold, self.epsilon_test)
-    return noisy, jnp.zeros((), jnp.int32)
+    return noisy, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
 
   def gap(self, utility, vocab_mask, public):
     """(gap in documents, the public row's top allowed token)."""
@@ -152,9 +201,9 @@ class SparseVectorSelector:
 
   def step(self, key, logits, aux, state):
     """(tokens [B], next state): one step of the test and, above it, a paid private token."""
-    noisy_threshold, paid_so_far = state
+    noisy_threshold, paid_so_far, t = state
     test_key, token_key, threshold_key = jax.random.split(key, 3)
-    utility, vocab_mask, public = self.base.utility(logits, aux)
+    utility, vocab_mask, public = self.base.utility(logits, aux, t)
     gap, public_token = self.gap(utility, vocab_mask, public)
     pay = (paid_so_far < self.paid) & mechanisms.svt_above(test_key, gap, noisy_threshold,
                                                             self.epsilon_test)
@@ -162,5 +211,5 @@ class SparseVectorSelector:
                                             vocab_mask=vocab_mask)
     token = jnp.where(pay, private_token, public_token)
     fresh = mechanisms.svt_noisy_threshold(threshold_key, self.threshold, self.epsilon_test)
-    state = (jnp.where(pay, fresh, noisy_threshold), paid_so_far + pay.astype(jnp.int32))
+    state = (jnp.where(pay, fresh, noisy_threshold), paid_so_far + pay.astype(jnp.int32), t + 1)
     return jnp.broadcast_to(token, logits.shape[:1]).astype(jnp.int32), state

@@ -231,6 +231,7 @@ def _predictor(config, cal, lm) -> PrivatePredictor:
       candidates=g.get("candidates", 0),
       candidate_ids=candidates.term_token_ids(
           lm, candidates.public_terms(g.get("candidate_terms", ""))),
+      candidate_width=g.get("candidate_width", 0.0), min_length=g.get("min_length", 0),
       svt=(dict(threshold=g.get("svt_threshold", 1.0), epsilon_test=cal.epsilon_test, paid=cal.svt_paid)
            if cal.svt_paid else None),
       devices=_devices(config.runtime.devices))

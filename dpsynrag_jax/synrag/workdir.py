@@ -233,6 +233,8 @@ OPTIONAL_FIELDS = {
     ("clustering", "merge_synonyms"): 0.0,
     ("generation", "candidates"): 0,
     ("generation", "candidate_terms"): "",
+    ("generation", "candidate_width"): 0.0,
+    ("generation", "min_length"): 0,
     ("generation", "svt_paid"): 0,
     ("generation", "svt_threshold"): 1.0,
     ("generation", "svt_share"): 0.5,

@@ -90,6 +90,11 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   # candidate_terms ('medical_synth' or a file of public terms); 0 is the whole vocabulary.
   config.generation.candidates = 0
   config.generation.candidate_terms = ""
+  # Top-k+ (issue 18): also admit every token within this many nats of the public row's n-th
+  # logit; min_length: no EOS before this step (a text has at least min_length + 1 tokens
+  # unless T is shorter). Both read public data only; 0 is off.
+  config.generation.candidate_width = 0.0
+  config.generation.min_length = 0
   # Free public tokens (issue 18): > 0 turns on the sparse vector test, with at most this many
   # paid tokens per text (public); svt_threshold is in documents, svt_share the part of each
   # paid token's budget that goes to its test. 0 is the paper.
