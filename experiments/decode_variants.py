@@ -38,6 +38,13 @@ VARIANTS = {
     "svt20": {"svt_paid": 20, "svt_threshold": 1.0, "svt_share": 0.5},
     "svt10": {"svt_paid": 10, "svt_threshold": 1.0, "svt_share": 0.5},
     "svt20_prior": {"svt_paid": 20, "svt_threshold": 1.0, "svt_share": 0.5, "omega": 0.1},
+    # Top-k+ (issue 18 item 2): the public top-10 widened by 2 nats, plus Medical Synth's public
+    # disease, symptom and treatment names (1201 SmolLM2 tokens), no EOS before step 20.
+    "topk_plus": {"candidates": 10, "candidate_width": 2.0, "candidate_terms": "medical_synth",
+                  "min_length": 20},
+    "svt20_topk_plus": {"svt_paid": 20, "svt_threshold": 1.0, "svt_share": 0.5,
+                        "candidates": 10, "candidate_width": 2.0,
+                        "candidate_terms": "medical_synth", "min_length": 20},
 }
 def define_flags() -> None:
   flags.DEFINE_string("build_dir", "", "A build whose clusters are chosen (private state).")
