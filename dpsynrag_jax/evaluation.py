@@ -233,6 +233,8 @@ def evaluate_method(method: baselines.Method, task: Task, queries,
   (answer_resumably) and a rerun after a crash continues from the last logged chunk.
   """
   start = time.time()
+  if log_dir:
+    method.checkpoint_dir = log_dir
   method.build()
   built = time.time()
   log = (lambda part: os.path.join(log_dir, f"{part}.jsonl")) if log_dir else (lambda part: None)

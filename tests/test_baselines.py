@@ -61,6 +61,43 @@ def test_dp_synth_spends_its_budget_once_over_disjoint_batches(models, task):
 
 
 @pytest.mark.slow
+def test_dp_synth_resumes_from_its_checkpoint_with_the_same_texts(models, task, tmp_path,
+                                                                  monkeypatch):
+  lm, encoder = models
+  make = lambda: DPSynth(lm, encoder, task, epsilon=10.0, T=6, num_batches=4,
+                         self_filter_enabled=False, max_new_tokens=4)
+  fresh = make()
+  fresh.build()
+  # A run killed after its first group: the checkpoint holds batch 0 only.
+  first = make()
+  first.checkpoint_dir = str(tmp_path)
+  from dpsynrag_jax.baselines import dp_synth  # pylint: disable=g-import-not-at-top
+  original = dp_synth.decode_many
+
+  def killed(predictor, suffixes, key_of, **kwargs):
+    original(predictor, {b: suffixes[b] for b in sorted(suffixes)[:1]}, key_of, **kwargs)
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(dp_synth, "decode_many", killed)
+  with pytest.raises(KeyboardInterrupt):
+    first.build()
+  monkeypatch.setattr(dp_synth, "decode_many", original)
+  path = tmp_path / "dp_synth_tokens.jsonl"
+  assert len(path.read_text().splitlines()) == 1
+  resumed = make()
+  resumed.checkpoint_dir = str(tmp_path)
+  resumed.build()
+  assert resumed.synthetic_texts == fresh.synthetic_texts
+  assert len(path.read_text().splitlines()) == 4
+  assert resumed.epsilon == pytest.approx(10.0, rel=1e-9)   # charged once, not per attempt
+  other = DPSynth(lm, encoder, task, epsilon=5.0, T=6, num_batches=4,
+                  self_filter_enabled=False, max_new_tokens=4)
+  other.checkpoint_dir = str(tmp_path)
+  with pytest.raises(ValueError, match="other documents or settings"):
+    other.build()
+
+
+@pytest.mark.slow
 def test_dp_rag_splits_the_budget_over_planned_queries(models, task):
   lm, encoder = models
   method = DPRAG(lm, encoder, task, epsilon_total=10.0, num_queries=3, k=8, T=4)

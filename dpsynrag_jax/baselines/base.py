@@ -30,6 +30,9 @@ class Method(abc.ABC):
   """A way to answer questions about a private document collection."""
   name: str = "method"
   retrieves: bool = True   # False: no retrieved texts, so context recall does not apply
+  # A private folder a long build may keep its progress in (set by the evaluation before
+  # build); None: nothing is kept.
+  checkpoint_dir: str | None = None
 
   @abc.abstractmethod
   def build(self) -> None:

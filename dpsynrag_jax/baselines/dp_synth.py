@@ -16,6 +16,7 @@ texts are released: no finite epsilon under add/remove neighbouring.
 from __future__ import annotations
 
 import hashlib
+import os
 
 import jax
 import numpy as np
@@ -25,6 +26,7 @@ from dpsynrag_jax import privacy
 from dpsynrag_jax.baselines.base import RetrievalMethod, Retriever
 from dpsynrag_jax.data.tasks import Task
 from dpsynrag_jax.synrag import self_filter
+from dpsynrag_jax.synrag import workdir as wd_lib
 from dpsynrag_jax.private_decode import PrivatePredictor, decode_many
 
 
@@ -76,11 +78,14 @@ class DPSynth(RetrievalMethod):
   def build(self) -> None:
     batches = self.batches(self.task.documents)
     predictor = PrivatePredictor(self.lm, c=self.c, tau=self.tau, T=self.T)
-    suffixes = {b: predictor.suffixes(ds) for b, ds in batches.items()}
     for b in range(self.num_batches):  # every batch charged before any is decoded, in order
       self.ledger.record_tokens(b, self.T, self.c, self.tau)
-    with tqdm.tqdm(total=self.num_batches, desc="DP-Synth decode", unit="batch") as bar:
-      tokens = decode_many(predictor, suffixes, lambda b: batch_key(self.seed, b), progress=bar)
+    tokens = self._decoded(batches)
+    todo = {b: predictor.suffixes(ds) for b, ds in batches.items() if b not in tokens}
+    with tqdm.tqdm(total=self.num_batches, initial=self.num_batches - len(todo),
+                   desc="DP-Synth decode", unit="batch") as bar:
+      tokens.update(decode_many(predictor, todo, lambda b: batch_key(self.seed, b),
+                                progress=bar, after_group=self._keep(batches)))
     texts = [predictor.text(tokens[b]) for b in range(self.num_batches)]
     keep = np.array([bool(t) for t in texts])
     prompt = self.task.self_filter_prompt
@@ -89,6 +94,40 @@ class DPSynth(RetrievalMethod):
                                       self_filter.filter_prompt(prompt))
     self.synthetic_texts = [t for t, k in zip(texts, keep) if k]
     self.retriever = Retriever(self.encoder, self.synthetic_texts)
+
+  def _digest(self, batch: list[str]) -> str:
+    """What decides a batch's tokens besides its key: its documents and the mechanism."""
+    text = "\x00".join([f"{self.c!r}:{self.tau!r}:{self.T}:{self.seed}"] + batch)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+  def _checkpoint(self) -> str | None:
+    return (os.path.join(self.checkpoint_dir, "dp_synth_tokens.jsonl")
+            if self.checkpoint_dir else None)
+
+  def _decoded(self, batches) -> dict[int, list[int]]:
+    """Batches an interrupted run already decoded (checkpoint_dir), the same draws as a
+    fresh decode (keyed by batch); a batch whose documents or mechanism changed is refused."""
+    path = self._checkpoint()
+    if not path or not os.path.exists(path):
+      return {}
+    done = {}
+    for record in wd_lib.read_jsonl(path):
+      b = record["batch"]
+      if b not in batches or record["digest"] != self._digest(batches[b]):
+        raise ValueError(f"{path} holds batch {b} of other documents or settings; delete it "
+                         "to decode again.")
+      done[b] = record["tokens"]
+    return done
+
+  def _keep(self, batches):
+    """decode_many's after_group: appends each decoded group to the checkpoint."""
+    path = self._checkpoint()
+    if not path:
+      return lambda out: None
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return lambda out: wd_lib.append_jsonl(path, [
+        {"batch": b, "digest": self._digest(batches[b]), "tokens": t}
+        for b, t in sorted(out.items())])
 
   @property
   def epsilon(self) -> float:
