@@ -218,7 +218,7 @@ class PrivatePredictor:
     self._params = params   # replicated over the mesh
     self.prefix = self._shared_prefix()
     self._prefix_kv = jax.device_put(self._prefix_cache(), NamedSharding(mesh, PartitionSpec()))
-    self._public_suffix_tokens = None   # the prompt with no document, tokenised on first use
+    self._public_suffix_tokens = {}   # public hint -> the public row's suffix, on first use
 
   def with_prompt(self, prompt: str, shared_until: str | None = None) -> "PrivatePredictor":
     """The same mechanism, devices and replicated parameters with another prompt template
@@ -300,20 +300,21 @@ class PrivatePredictor:
       public_mask[row] = i == len(suffixes)
     return tokens, lengths, doc_mask, public_mask
 
-  def shape_of(self, suffixes: Sequence[Sequence[int]]) -> tuple[int, int]:
+  def shape_of(self, suffixes: Sequence[Sequence[int]], hint: str = "") -> tuple[int, int]:
     """(rows, suffix length) bucket of a cluster; depends on that cluster alone."""
-    all_rows = list(suffixes) + ([self._public_suffix()] if self.selector.needs_public_row
+    all_rows = list(suffixes) + ([self._public_suffix(hint)] if self.selector.needs_public_row
                                  else [])
     rows = max(ROW_BUCKET, -(-len(all_rows) // ROW_BUCKET) * ROW_BUCKET)
     return rows, bucket_length(max((len(s) for s in all_rows), default=1))
 
-  def _public_suffix(self):
-    """The public row's suffix (the prompt with no document) when the selector reads it."""
+  def _public_suffix(self, hint: str = ""):
+    """The public row's suffix when the selector reads it: the prompt with a public `hint`
+    (e.g. the cluster's released keyword) in the document's place, or with no document."""
     if not self.selector.needs_public_row:
       return None
-    if self._public_suffix_tokens is None:
-      self._public_suffix_tokens = self.suffixes([""])[0] or [self.lm.pad_id]
-    return self._public_suffix_tokens
+    if hint not in self._public_suffix_tokens:
+      self._public_suffix_tokens[hint] = self.suffixes([hint])[0] or [self.lm.pad_id]
+    return self._public_suffix_tokens[hint]
 
   def _static(self, length: int) -> _Static:
     return _Static(cfg=self.lm.config, dtype=self.lm.dtype,
@@ -321,12 +322,17 @@ class PrivatePredictor:
                    selector=self.selector, eos_ids=self.lm.eos_ids, pad_id=self.lm.pad_id,
                    mesh=self.mesh)
 
-  def pack_group(self, clusters: Sequence[Sequence[Sequence[int]]], shape: tuple[int, int]):
+  def pack_group(self, clusters: Sequence[Sequence[Sequence[int]]], shape: tuple[int, int],
+                 hints: Sequence[str] | None = None):
     """Host arrays [G, ...] (tokens, lengths, doc_mask, public_mask) of up to num_devices
-    clusters sharing `shape`, filled to G = num_devices with empty clusters (all rows masked)."""
+    clusters sharing `shape`, filled to G = num_devices with empty clusters (all rows masked).
+    hints: each cluster's public hint for its public row (default: none)."""
     if not 0 < len(clusters) <= self.num_devices:
       raise ValueError(f"A group holds 1..{self.num_devices} clusters, got {len(clusters)}.")
-    packed = [self._pack(c, self._public_suffix(), *shape) for c in clusters]
+    hints = [""] * len(clusters) if hints is None else list(hints)
+    if len(hints) != len(clusters):
+      raise ValueError(f"{len(hints)} hints for {len(clusters)} clusters.")
+    packed = [self._pack(c, self._public_suffix(h), *shape) for c, h in zip(clusters, hints)]
     packed += [self._pack([], self._public_suffix(), *shape)] * (self.num_devices - len(packed))
     return [np.stack(a) for a in zip(*packed)]
 
@@ -370,13 +376,15 @@ class PrivatePredictor:
     return np.asarray(tokens), np.asarray(counts), np.asarray(paid)
 
   def decode_group(self, clusters: Sequence[Sequence[Sequence[int]]], keys: Sequence[jax.Array],
-                   shape: tuple[int, int]) -> list[list[int]]:
+                   shape: tuple[int, int], hints: Sequence[str] | None = None
+                   ) -> list[list[int]]:
     """Decodes up to num_devices clusters sharing `shape`; returns token ids per cluster."""
-    return self.decode_group_paid(clusters, keys, shape)[0]
+    return self.decode_group_paid(clusters, keys, shape, hints)[0]
 
-  def decode_group_paid(self, clusters, keys, shape) -> tuple[list[list[int]], list[int]]:
+  def decode_group_paid(self, clusters, keys, shape, hints=None
+                        ) -> tuple[list[list[int]], list[int]]:
     """decode_group, and how many of each cluster's tokens were drawn privately."""
-    tokens, counts, paid = self.decode_arrays(self.pack_group(clusters, shape), keys)
+    tokens, counts, paid = self.decode_arrays(self.pack_group(clusters, shape, hints), keys)
     return ([tokens[g, :counts[g]].tolist() for g in range(len(clusters))],
             [int(p) for p in paid[:len(clusters)]])
 
@@ -410,7 +418,8 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
                 before_group: Callable[[list[int]], None] = lambda ids: None,
                 after_group: Callable[[dict[int, list[int]]], None] = lambda out: None,
                 progress: tqdm.tqdm | None = None,
-                paid: dict[int, int] | None = None) -> dict[int, list[int]]:
+                paid: dict[int, int] | None = None,
+                hint_of: Callable[[int], str] | None = None) -> dict[int, list[int]]:
   """Decodes many clusters, grouped by padded shape and run num_devices at a time.
 
   Args:
@@ -421,12 +430,16 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
     progress: a tqdm bar advanced per cluster.
     paid: if given, filled with cluster id -> tokens drawn privately (the rest were free public
       tokens of the sparse vector test; without it, every token).
+    hint_of: cluster id -> a public text the public row reads in the document's place (e.g.
+      the cluster's released keyword); None: the public row reads no document. Public data
+      only: it never changes the mechanism's sensitivity.
 
   Returns:
     cluster id -> token ids of its synthetic text.
   """
   out: dict[int, list[int]] = {}
   by_shape = collections.defaultdict(list)
+  hint_of = hint_of or (lambda cid: "")
   for cid in sorted(suffixes):
     if not suffixes[cid] and predictor.decodes_empty_without_model:
       # No document: the same draws as a padded decode, without its forward passes.
@@ -439,14 +452,15 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
       if progress is not None:
         progress.update(1)
     else:
-      by_shape[predictor.shape_of(suffixes[cid])].append(cid)
+      by_shape[predictor.shape_of(suffixes[cid], hint_of(cid))].append(cid)
   n = predictor.num_devices
   for shape, ids in sorted(by_shape.items()):
     for start in range(0, len(ids), n):
       group = ids[start:start + n]
       before_group(group)
       tokens, group_paid = predictor.decode_group_paid([suffixes[c] for c in group],
-                                                       [key_of(c) for c in group], shape)
+                                                       [key_of(c) for c in group], shape,
+                                                       [hint_of(c) for c in group])
       done = dict(zip(group, tokens))
       if paid is not None:
         paid.update(zip(group, group_paid))

@@ -45,6 +45,13 @@ VARIANTS = {
     "svt20_topk_plus": {"svt_paid": 20, "svt_threshold": 1.0, "svt_share": 0.5,
                         "candidates": 10, "candidate_width": 2.0,
                         "candidate_terms": "medical_synth", "min_length": 20},
+    # The public row reads the cluster's released keyword (generation.public_hint).
+    "svt20_keyword": {"svt_paid": 20, "svt_threshold": 1.0, "svt_share": 0.5,
+                      "min_length": 20, "public_hint": "keyword"},
+    "svt20_topk_plus_keyword": {"svt_paid": 20, "svt_threshold": 1.0, "svt_share": 0.5,
+                                "candidates": 10, "candidate_width": 2.0,
+                                "candidate_terms": "medical_synth", "min_length": 20,
+                                "public_hint": "keyword"},
 }
 def define_flags() -> None:
   flags.DEFINE_string("build_dir", "", "A build whose clusters are chosen (private state).")
@@ -59,6 +66,19 @@ def majorities(task, selected: dict, ids) -> dict[int, str]:
   majority, purity = funnel.cluster_majorities({r: selected[r] for r in ids},
                                                task.document_answers())
   return {r: a for r, a in majority.items() if purity[r] >= funnel.PURE}
+
+
+def cluster_keywords(build_dir: str, config) -> list[str]:
+  """Each cluster's released keyword (the histogram's top-R words, in cluster order)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag.vocabulary import english_vocabulary  # pylint: disable=g-import-not-at-top
+  if config.clustering.get("merge_synonyms", 0.0):
+    raise app.UsageError("Cluster keywords of a build with merged synonyms are not rebuilt "
+                         "here; use a build with clustering.merge_synonyms = 0.")
+  vocab = english_vocabulary(config.keywords.vocabulary_size)
+  top_words = np.load(wd_lib.Workdir(build_dir).private_path("top_words.npy"))
+  return [vocab.word(int(w)) for w in top_words]
 
 
 def variant_config(config, epsilon: float, overrides: dict):
@@ -87,6 +107,8 @@ def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
                    num_test=0, seed=config.data.split_seed)
   funnel.check_documents(build_dir, task)
   pure = majorities(task, loaded.selected, loaded.ids)
+  keywords = (cluster_keywords(build_dir, config)
+              if any(VARIANTS[v].get("public_hint") for v in variants) else None)
   rows = []
   for name in variants:
     for epsilon in epsilons:
@@ -97,8 +119,10 @@ def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
                   for r in loaded.ids}
       paid = {}
       start = time.perf_counter()
-      tokens = private_decode.decode_many(predictor, suffixes, bench_build.sample_key_of,
-                                          paid=paid)
+      hint = VARIANTS[name].get("public_hint", "")
+      tokens = private_decode.decode_many(
+          predictor, suffixes, bench_build.sample_key_of, paid=paid,
+          hint_of=(lambda r: keywords[r]) if hint == "keyword" else None)
       seconds = time.perf_counter() - start
       texts = {r: predictor.text(t) for r, t in tokens.items()}
       hits = [task.matches(texts[r], [a]) for r, a in sorted(pure.items())]

@@ -245,3 +245,23 @@ def test_decode_pays_only_above_the_test(tiny_lm):
   private_decode.decode_many(pp, {0: suffixes, 1: []}, lambda r: jax.random.fold_in(key, r),
                              paid=paid_counts)
   assert set(paid_counts) == {0, 1} and all(0 <= p <= 6 for p in paid_counts.values())
+
+
+def test_a_public_hint_is_what_the_public_row_reads(tiny_lm):
+  lm = type(tiny_lm)(tiny_lm.config, tiny_lm.params, tiny_lm.tokenizer, tiny_lm.dtype,
+                     eos_ids=(-1,), source=tiny_lm.source)
+  T, key = 10, jax.random.PRNGKey(4)
+  pp = PrivatePredictor(lm, c=0.5, tau=1.0, T=T,
+                        svt=dict(threshold=1e9, epsilon_test=1.0, paid=4))  # never pays
+  suffixes = pp.suffixes(NOTES)
+  hinted = pp.decode_group([suffixes], [key], pp.shape_of(suffixes, "fever"), ["fever"])[0]
+  # All free tokens: the greedy continuation of the prompt with the hint as its document.
+  assert hinted == lm.generate_ids([pp.prompt.format(d="fever")], T, temperature=0.0)[0][:T]
+  plain = pp.decode_group([suffixes], [key], pp.shape_of(suffixes))[0]
+  assert plain == lm.generate_ids([pp.prompt.format(d="")], T, temperature=0.0)[0][:T]
+  from dpsynrag_jax import private_decode  # pylint: disable=g-import-not-at-top
+  many = private_decode.decode_many(pp, {0: suffixes, 1: []}, lambda r: key,
+                                    hint_of=lambda r: "fever")
+  assert many[0] == hinted and many[1] == hinted   # an empty cluster's text is its hint's
+  with pytest.raises(ValueError, match="hints for"):
+    pp.pack_group([suffixes], pp.shape_of(suffixes), ["a", "b"])

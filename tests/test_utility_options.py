@@ -105,6 +105,20 @@ def test_min_length_holds_in_the_decode_and_for_empty_clusters(tiny_lm):
     PrivatePredictor(tiny_lm, c=0.1, tau=1.0, T=4, min_length=5)
 
 
+def test_public_hint_is_refused_where_no_public_row_reads_it(tiny_lm):
+  config = medical_synth.get_config("tiny")
+  cal = pipeline.calibration_of(config)
+  config.generation.public_hint = "keyword"
+  with pytest.raises(ValueError, match="public row only"):
+    pipeline._predictor(config, cal, tiny_lm)  # pylint: disable=protected-access
+  config.generation.public_hint = "title"
+  with pytest.raises(ValueError, match="public_hint must be one of"):
+    pipeline._predictor(config, cal, tiny_lm)  # pylint: disable=protected-access
+  config.generation.public_hint = "keyword"
+  config.generation.omega = 0.1
+  assert pipeline._predictor(config, cal, tiny_lm).selector.needs_public_row  # pylint: disable=protected-access
+
+
 def test_selector_refuses_unknown_settings():
   with pytest.raises(ValueError, match="Unknown clipping method"):
     PrivateTokenSelector(c=1.0, method="nope")
@@ -135,7 +149,7 @@ def test_term_token_ids_cover_the_terms_and_eos():
     {"clip": "difference"},
     {"candidates": 16, "candidate_terms": "medical_synth"},
     {"candidates": 8, "candidate_width": 3.0, "candidate_terms": "medical_synth",
-     "min_length": 4, "svt_paid": 3},
+     "min_length": 4, "svt_paid": 3, "public_hint": "keyword"},
 ])
 @pytest.mark.slow
 def test_options_run_end_to_end_with_the_same_ledger(tmp_path, overrides):

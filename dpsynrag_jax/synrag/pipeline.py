@@ -171,13 +171,16 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
     # cluster is decoded by any process, in cluster-index order (public).
     decoded = set(wd.generated(0))
     _charge_tokens(build, [r for r in range(len(selected)) if r not in decoded])
+    hints = _public_hints(config, [vocab.word(int(w)) for w in top_words])
+    wd_lib.atomic_write_json(wd.private_path(PUBLIC_HINTS), hints)
   distributed.barrier("selected")
   if not lead:
     selected = [members for _, members in sorted(wd.selected().items())]
+    hints = wd_lib.read_json(wd.private_path(PUBLIC_HINTS))
 
   with timer.phase("decode"):
     mine = [r for r in range(len(selected)) if r % procs == proc]
-    generated = _decode_all(build, predictor, documents, selected, mine)
+    generated = _decode_all(build, predictor, documents, selected, mine, hints)
   distributed.barrier("decoded")
   if not lead:
     return {"process": proc, "clusters": len(mine)}
@@ -226,7 +229,11 @@ def _devices(count: int):
 def _predictor(config, cal, lm) -> PrivatePredictor:
   """The private decode of config.generation at the calibrated c, on runtime.devices."""
   g = config.generation
-  return PrivatePredictor(
+  hint = g.get("public_hint", "")
+  if hint not in PUBLIC_HINT_KINDS:
+    raise ValueError(f"generation.public_hint must be one of {PUBLIC_HINT_KINDS}, got "
+                     f"{hint!r}.")
+  predictor = PrivatePredictor(
       lm, c=cal.c, tau=cal.tau, T=cal.T, method=g.clip, alpha=g.alpha, omega=g.omega,
       candidates=g.get("candidates", 0),
       candidate_ids=candidates.term_token_ids(
@@ -235,6 +242,11 @@ def _predictor(config, cal, lm) -> PrivatePredictor:
       svt=(dict(threshold=g.get("svt_threshold", 1.0), epsilon_test=cal.epsilon_test, paid=cal.svt_paid)
            if cal.svt_paid else None),
       devices=_devices(config.runtime.devices))
+  if hint and not predictor.selector.needs_public_row:
+    raise ValueError("generation.public_hint is read by the public row only, which this "
+                     "mechanism does not decode: add omega, candidates, clip='difference' or "
+                     "svt_paid, or drop the hint.")
+  return predictor
 
 
 def _cached_npy(path: str, compute):
@@ -321,9 +333,27 @@ def _charge_tokens(build: _Build, clusters) -> None:
   build.ledger.save()
 
 
-def _decode_all(build: _Build, predictor, documents, selected, clusters) -> dict[int, list[int]]:
+# Each cluster's public hint for the public row, written by the lead for every process.
+PUBLIC_HINTS = "public_hints.json"
+PUBLIC_HINT_KINDS = ("", "keyword")
+
+
+def _public_hints(config, keywords: list[str]) -> list[str]:
+  """Per cluster, the text its public row reads in the document's place.
+
+  generation.public_hint '' (the paper's public row, no document) or 'keyword': the cluster's
+  keyword, which the noisy histogram released (it is each synthetic text's "keyword" field),
+  so reading it is post-processing: the free and prior tokens can follow the cluster's topic.
+  """
+  kind = config.generation.get("public_hint", "")   # checked by _predictor
+  return list(keywords) if kind == "keyword" else [""] * len(keywords)
+
+
+def _decode_all(build: _Build, predictor, documents, selected, clusters,
+                hints: list[str]) -> dict[int, list[int]]:
   """Token ids of the synthetic texts of `clusters` (this process's share), by groups of equal
-  shape over the devices; each group persisted as it finishes."""
+  shape over the devices; each group persisted as it finishes. hints: per cluster, the public
+  row's hint (_public_hints)."""
   wd = build.wd
   done = {r: t for r, t in wd.generated(build.process).items() if r in set(clusters)}
   todo = [r for r in clusters if r not in done]
@@ -341,7 +371,7 @@ def _decode_all(build: _Build, predictor, documents, selected, clusters) -> dict
   with tqdm.tqdm(total=len(clusters), initial=len(done), desc="private decode",
                  unit="cluster") as bar:
     decode_many(predictor, suffixes, lambda r: jax.random.fold_in(build.cluster_key(r), 1),
-                after_group=persist, progress=bar)
+                after_group=persist, progress=bar, hint_of=lambda r: hints[r])
   return done
 
 

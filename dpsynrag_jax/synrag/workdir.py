@@ -235,6 +235,7 @@ OPTIONAL_FIELDS = {
     ("generation", "candidate_terms"): "",
     ("generation", "candidate_width"): 0.0,
     ("generation", "min_length"): 0,
+    ("generation", "public_hint"): "",
     ("generation", "svt_paid"): 0,
     ("generation", "svt_threshold"): 1.0,
     ("generation", "svt_share"): 0.5,

@@ -95,6 +95,9 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   # unless T is shorter). Both read public data only; 0 is off.
   config.generation.candidate_width = 0.0
   config.generation.min_length = 0
+  # The public row's document: '' none (the paper), 'keyword' the cluster's released keyword
+  # (post-processing of the histogram), so free and prior tokens follow the cluster's topic.
+  config.generation.public_hint = ""
   # Free public tokens (issue 18): > 0 turns on the sparse vector test, with at most this many
   # paid tokens per text (public); svt_threshold is in documents, svt_share the part of each
   # paid token's budget that goes to its test. 0 is the paper.
