@@ -251,30 +251,71 @@ def evaluate_method(method: baselines.Method, task: Task, queries,
     seconds_answer += attack_seconds
     if reader is not None:
       method.reader = reader
+  return {
+      **score_answers(task, queries, out, method.retrieves, attacks, attack_answers),
+      "epsilon": method.epsilon,
+      "questions": len(queries),
+      "seconds_build": round(built - start, 1),
+      "seconds_answer": round(seconds_answer, 1),
+  }
+
+
+# Version of the tasks' answer matchers. A results row scored under an older one is scored
+# again from its answer log (rescore_row), never answered again. 2: SearchQA answers must
+# appear as whole words (a gold "C" had matched every answer holding the letter c).
+SCORING = 2
+
+
+def score_answers(task: Task, queries, out: baselines.Answers, retrieves: bool,
+                  attacks: Sequence[str] = (), attack_answers: Sequence[str] = ()) -> dict:
+  """The scored part of a results row: accuracy, context recall, leakage, examples."""
   golds = [q.answers for q in queries]
   per_question = {  # for analyses by question (rare topics); gold answers are public test data
       "gold": [list(g) for g in golds],
       "correct": [int(task.matches(a, g)) for a, g in zip(out.answers, golds)],
       "recalled": ([int(any(task.matches(c, g) for c in ctx))
-                    for ctx, g in zip(out.contexts, golds)] if method.retrieves else None),
+                    for ctx, g in zip(out.contexts, golds)] if retrieves else None),
   }
   return {
       "accuracy": metrics.accuracy(out.answers, golds, task.matches),
       "context_recall": (metrics.context_recall(out.contexts, golds, task.matches)
-                         if method.retrieves else None),
+                         if retrieves else None),
       "leakage": metrics.leakage(out.answers, task.private_names),
       "attacks": len(attacks),
-      "attack_leakage": metrics.leakage(attack_answers, task.private_names),
-      "epsilon": method.epsilon,
-      "questions": len(queries),
-      "seconds_build": round(built - start, 1),
-      "seconds_answer": round(seconds_answer, 1),
+      "attack_leakage": metrics.leakage(list(attack_answers), task.private_names),
       "examples": [{"question": q.text, "gold": list(q.answers), "answer": a}
                    for q, a in list(zip(queries, out.answers))[:3]],
       "attack_examples": [{"question": q, "answer": a}
                           for q, a in list(zip(attacks, attack_answers))[:3]],
       "per_question": per_question,
+      "scoring": SCORING,
   }
+
+
+def _logged(log_path: str, questions: Sequence[str]) -> baselines.Answers | None:
+  """The answers a log holds to exactly `questions`, or None if it holds other or fewer."""
+  done = wd_lib.read_jsonl(log_path)
+  if len(done) != len(questions) or any(
+      r["question"] != _question_digest(q) for r, q in zip(done, questions)):
+    return None
+  return baselines.Answers([r["answer"] for r in done], [r["context"] for r in done])
+
+
+def rescore_row(row: dict, task: Task, queries, attacks: Sequence[str],
+                log_dir: str) -> dict | None:
+  """`row` scored again under SCORING from its answer logs (nothing is asked again), or None
+  where the logs do not hold every answer the row was scored on."""
+  out = _logged(os.path.join(log_dir, "benign.jsonl"), [q.text for q in queries])
+  if out is None:
+    return None
+  attack_answers = []
+  if attacks:
+    attack_out = _logged(os.path.join(log_dir, "attacks.jsonl"), list(attacks))
+    if attack_out is None:
+      return None
+    attack_answers = attack_out.answers
+  retrieves = row.get("context_recall") is not None
+  return {**row, **score_answers(task, queries, out, retrieves, attacks, attack_answers)}
 
 
 def load_models(config):

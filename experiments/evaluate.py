@@ -19,8 +19,9 @@ import os
 from absl import logging
 
 from dpsynrag_jax import privacy
-from dpsynrag_jax.evaluation import (METHOD_NAMES, evaluate_method, load_eval_task, load_models,
-                                     make_method, method_settings, settings_digest, split_list)
+from dpsynrag_jax.evaluation import (METHOD_NAMES, SCORING, evaluate_method, load_eval_task,
+                                     load_models, make_method, method_settings, rescore_row,
+                                     settings_digest, split_list)
 from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments import cli
 from experiments import reporting
@@ -44,14 +45,25 @@ def run(config, workdir: str, tables: bool = True) -> list[dict]:
         if name not in METHOD_NAMES:
           raise ValueError(f"Unknown method {name!r}; expected one of {sorted(METHOD_NAMES)}.")
         key = settings_digest(method_settings(name, config, task, seed, num_queries))
+        # Answers are logged as they come (private: the texts each answer saw), so a run cut
+        # off mid-method resumes from its last logged chunk.
+        log_dir = os.path.join(workdir, wd_lib.PRIVATE, "answers", key)
+        if key in by_key and by_key[key].get("scoring", 1) != SCORING:
+          rescored = rescore_row(by_key[key], task, task.test, attacks, log_dir)
+          if rescored is None:
+            logging.warning("%s on %s, seed %d: scored by older answer matchers and its "
+                            "answer log is incomplete; the row is kept as it was scored.",
+                            METHOD_NAMES[name], dataset, seed)
+          else:
+            logging.info("%s on %s, seed %d: scored again from its answer log (matchers "
+                         "version %d).", METHOD_NAMES[name], dataset, seed, SCORING)
+            wd_lib.append_jsonl(results_path, [rescored])
+            by_key[key] = rescored
         if key in by_key:
           rows.append(by_key[key])
           continue
         logging.info("Evaluating %s on %s, seed %d.", METHOD_NAMES[name], dataset, seed)
         method = make_method(name, config, task, lm, encoder, seed, workdir, num_queries)
-        # Answers are logged as they come (private: the texts each answer saw), so a run cut
-        # off mid-method resumes from its last logged chunk.
-        log_dir = os.path.join(workdir, wd_lib.PRIVATE, "answers", key)
         row = {"dataset": dataset, "method": METHOD_NAMES[name], "seed": seed,
                "settings": key, **evaluate_method(method, task, task.test, attacks, log_dir)}
         if name == "dp_synrag":

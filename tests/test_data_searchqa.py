@@ -8,7 +8,7 @@ import os
 import pytest
 
 from dpsynrag_jax.data import fixtures
-from dpsynrag_jax.data.matchers import answer_contains_any
+from dpsynrag_jax.data.matchers import answer_contains_any, answer_contains_any_substring
 from dpsynrag_jax.data.searchqa import (SearchQAError, gold_answers, load_searchqa,
                                         snippet_document, split_snippets)
 
@@ -63,6 +63,13 @@ def test_answer_contains_any():
   assert not answer_contains_any("Tom Hanks", ["Tom Clancy"])
   assert not answer_contains_any("anything", [])
   assert not answer_contains_any("anything", [""])
+  # Whole words: a short gold answer is not found inside other words.
+  assert not answer_contains_any("a cat and a dog", ["C"])
+  assert not answer_contains_any("exactly 15 times", ["ex", "5"])
+  assert answer_contains_any("Vitamin C, I think", ["C"])
+  assert answer_contains_any("it is 5.", ["5"]) and answer_contains_any("U2's album", ["U2"])
+  assert answer_contains_any("we love C++ here", ["C++"])
+  assert answer_contains_any_substring("a cat", ["C"])
 
 
 # ---------------------------------------------------------------- loading
@@ -126,7 +133,8 @@ def test_min_answer_snippets(skillopt):
   default = load_searchqa(skillopt.path)
   assert default.provenance["dropped_questions"] > 0  # the default drops the unanswerable
   database = " ".join(default.documents)
-  assert all(answer_contains_any(database, q.answers) for q in default.validation + default.test)
+  assert all(answer_contains_any_substring(database, q.answers)
+             for q in default.validation + default.test)
 
 
 def test_split_disjoint_grouped_and_nested(skillopt):

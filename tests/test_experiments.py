@@ -6,6 +6,7 @@ reports reuse the evaluation's rows, the ablations and the budget sweep reuse it
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -59,6 +60,34 @@ def test_evaluate_tiny_writes_rows_table_and_plot(eval_dir):
   again = evaluate.run(config, workdir)
   assert len(again) == len(rows)
   assert len(json.load(open(os.path.join(workdir, "results.json")))["rows"]) == len(rows)
+
+
+def test_rows_of_older_matchers_are_scored_again_from_their_logs(eval_dir, tmp_path,
+                                                                monkeypatch):
+  workdir, config, rows = eval_dir
+  copy = tmp_path / "eval"
+  shutil.copytree(workdir, copy)
+  results = copy / "results.jsonl"
+  stale = []
+  for row in (json.loads(line) for line in results.read_text().splitlines()):
+    row.pop("scoring", None)   # as rows were written before matchers had versions
+    row["accuracy"], row["per_question"] = -1.0, None
+    stale.append(row)
+  results.write_text("".join(json.dumps(r) + "\n" for r in stale))
+
+  def no_answering(*args, **kwargs):
+    raise AssertionError("a rescored row must not be built or answered again")
+
+  monkeypatch.setattr(evaluate, "evaluate_method", no_answering)
+  again = evaluate.run(config, str(copy))
+  by_method = {r["method"]: r for r in rows}
+  for row in again:
+    assert row["scoring"] == evaluation.SCORING
+    assert row["accuracy"] == by_method[row["method"]]["accuracy"]
+    assert row["per_question"] == by_method[row["method"]]["per_question"]
+  assert len(results.read_text().splitlines()) == 2 * len(rows)   # appended, never rewritten
+  evaluate.run(config, str(copy))                                  # current rows: nothing new
+  assert len(results.read_text().splitlines()) == 2 * len(rows)
 
 
 def test_rare_topics_buckets_every_question(eval_dir):
@@ -337,7 +366,6 @@ def test_the_other_datasets_evaluate_and_funnel_on_generated_fixtures(dataset, t
 def test_a_movielens_config_refuses_the_other_layout_and_names_the_matching_config(tmp_path):
   """movielens_cpu's settings (674 users, R 83) are for ml-100k; an ml-1m folder gets a pointer
   to movielens_paper instead of a silently wrong experiment."""
-  from dpsynrag_jax import evaluation  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.data import fixtures  # pylint: disable=g-import-not-at-top
   config = evaluate_config.get_config("movielens_cpu")
   config.paths.movielens = fixtures.write_movielens_fixture(tmp_path / "m1", layout="ml-1m").path

@@ -3,7 +3,8 @@
   medical    contains_any          the gold disease name appears, ignoring case
   movielens  answer_names_any      any favourite movie is named (title variants, whole words,
                                    not a sequel, a one-word title only when it stands alone)
-  searchqa   answer_contains_any   the gold answer appears, ignoring case and runs of whitespace
+  searchqa   answer_contains_any   the gold answer appears as whole words, ignoring case and
+                                   runs of whitespace
 """
 
 from __future__ import annotations
@@ -25,7 +26,18 @@ def collapse_whitespace(text: str) -> str:
 
 
 def answer_contains_any(answer: str, gold: Sequence[str]) -> bool:
-  """Whether `answer` contains any of `gold`, ignoring case and runs of whitespace (SearchQA)."""
+  """Whether `answer` contains any of `gold` as whole words (no letter or digit right before
+  or after it), ignoring case and runs of whitespace (SearchQA). Whole words, because gold
+  answers as short as "C", "5" or "ex" are contained in almost any text."""
+  folded = collapse_whitespace(answer).casefold()
+  return any(g and re.search(r"(?<!\w)" + re.escape(collapse_whitespace(g).casefold()) + r"(?!\w)",
+                             folded) for g in gold)
+
+
+def answer_contains_any_substring(answer: str, gold: Sequence[str]) -> bool:
+  """Whether `answer` contains any of `gold` anywhere, ignoring case and runs of whitespace:
+  SearchQA's rule for keeping a question (an answer-bearing snippet), fixed before scoring
+  moved to whole words so that the dataset and its builds stay the same."""
   folded = collapse_whitespace(answer).casefold()
   return any(g and collapse_whitespace(g).casefold() in folded for g in gold)
 

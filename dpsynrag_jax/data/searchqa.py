@@ -27,7 +27,9 @@ Gold answers: each answer with the backslash before quotes removed ("Valentine\\
 "Valentine's Day"), whitespace collapsed, and one pair of enclosing double quotes removed; an
 answer with an optional part in parentheses ("(The People's Republic of) China") also gives the
 form without it ("China") and the one with the brackets dropped. An output counts as correct if
-it contains any gold answer, ignoring case (`matchers.answer_contains_any`).
+it contains any gold answer as whole words, ignoring case (`matchers.answer_contains_any`).
+A snippet bears an answer (the selection below) if it contains one anywhere
+(`answer_contains_any_substring`), the rule the builds were made with.
 
 Selection: the paper kept questions with at least 40 answer-bearing snippets (102 questions,
 7054 snippets); the offline copy has at most 21 snippets a question, so we keep the questions
@@ -58,7 +60,8 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from dpsynrag_jax.data.counts import check_count
-from dpsynrag_jax.data.matchers import answer_contains_any, collapse_whitespace
+from dpsynrag_jax.data.matchers import (answer_contains_any, answer_contains_any_substring,
+                                       collapse_whitespace)
 from dpsynrag_jax.data.tasks import Task, TaskQuery
 
 SNIPPET_MARKER = "[DOC]"
@@ -259,7 +262,7 @@ def read_questions(files: Sequence[str]) -> list[_Question]:
 
 
 def _answer_snippets(q: _Question) -> int:
-  return sum(answer_contains_any(snippet_document(*s), q.answers) for s in q.snippets)
+  return sum(answer_contains_any_substring(snippet_document(*s), q.answers) for s in q.snippets)
 
 
 def load_searchqa(path: str | os.PathLike, *, num_documents: int | None = None,
