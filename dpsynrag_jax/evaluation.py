@@ -188,6 +188,12 @@ def _question_digest(text: str) -> str:
   return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+def _answers_to(records: Sequence[dict], questions: Sequence[str]) -> bool:
+  """Whether logged `records` answer the first len(records) of `questions`, in order."""
+  return len(records) <= len(questions) and all(
+      r["question"] == _question_digest(q) for r, q in zip(records, questions))
+
+
 def answer_resumably(method: baselines.Method, questions: Sequence[str],
                      log_path: str | None) -> tuple[baselines.Answers, float]:
   """method.answer over `questions`, appending every ANSWER_CHUNK answers to the JSONL
@@ -203,8 +209,7 @@ def answer_resumably(method: baselines.Method, questions: Sequence[str],
     start = time.time()
     return method.answer(list(questions)), time.time() - start
   done = wd_lib.read_jsonl(log_path)
-  if len(done) > len(questions) or any(
-      r["question"] != _question_digest(q) for r, q in zip(done, questions)):
+  if not _answers_to(done, questions):
     raise ValueError(f"{log_path} logs answers to other questions than these; delete it to "
                      "answer again.")
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
@@ -295,8 +300,7 @@ def score_answers(task: Task, queries, out: baselines.Answers, retrieves: bool,
 def _logged(log_path: str, questions: Sequence[str]) -> baselines.Answers | None:
   """The answers a log holds to exactly `questions`, or None if it holds other or fewer."""
   done = wd_lib.read_jsonl(log_path)
-  if len(done) != len(questions) or any(
-      r["question"] != _question_digest(q) for r, q in zip(done, questions)):
+  if len(done) != len(questions) or not _answers_to(done, questions):
     return None
   return baselines.Answers([r["answer"] for r in done], [r["context"] for r in done])
 

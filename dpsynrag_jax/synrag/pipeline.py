@@ -171,7 +171,8 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
     # cluster is decoded by any process, in cluster-index order (public).
     decoded = set(wd.generated(0))
     _charge_tokens(build, [r for r in range(len(selected)) if r not in decoded])
-    hints = _public_hints(config, [vocab.word(int(w)) for w in top_words])
+    keywords = [vocab.word(int(w)) for w in top_words]   # released with each text
+    hints = _public_hints(config, keywords)
     wd_lib.atomic_write_json(wd.private_path(PUBLIC_HINTS), hints)
   distributed.barrier("selected")
   if not lead:
@@ -198,8 +199,7 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
     keep &= np.array([bool(t) for t in texts], bool)
 
   with timer.phase("release"):
-    records = [{"text": t, "keyword": vocab.word(int(w))}
-               for t, w, k in zip(texts, top_words, keep) if k]
+    records = [{"text": t, "keyword": w} for t, w, k in zip(texts, keywords, keep) if k]
     _release(wd, records, encoder, build.ledger)
 
   summary = {
