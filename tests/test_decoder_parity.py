@@ -236,3 +236,17 @@ def test_prompts_inside_one_bucket_compile_once(tmp_path):
   assert inference.TRACE_COUNTS["prefill"] - before == 1
   lm.prefill([_ids(rng, 1, 40)[0].tolist()], capacity=80)  # next bucket: one more compile
   assert inference.TRACE_COUNTS["prefill"] - before == 2
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 13, 64])
+def test_pairwise_sum_adds_every_slice_once(n):
+  """The halving sum of decode attention (odd slices carried over) counts each slice exactly
+  once: integer-valued floats sum exactly, random ones to fp32 rounding."""
+  from dpsynrag_jax.models import decoder
+  weights = np.arange(1, n + 1, dtype=np.float32) ** 2         # distinct per slice
+  x = np.broadcast_to(weights[None, :, None], (3, n, 4))
+  np.testing.assert_array_equal(np.asarray(decoder._pairwise_sum(jnp.asarray(x), axis=1)),
+                                x.sum(axis=1))
+  y = np.random.default_rng(n).normal(size=(2, 5, n)).astype(np.float32)
+  np.testing.assert_allclose(np.asarray(decoder._pairwise_sum(jnp.asarray(y), axis=2)),
+                             y.astype(np.float64).sum(axis=2), rtol=1e-5, atol=1e-5)
