@@ -60,6 +60,13 @@ def _pairwise_sum(x: jax.Array, axis: int) -> jax.Array:
   return jnp.squeeze(x, axis)
 
 
+def _fused_batched_matmul(a: jax.Array, b: jax.Array) -> jax.Array:
+  """a [B, K, M, N] x b [B, K, N, P] -> [B, K, M, P] float32, as one elementwise product summed
+  pairwise over N (see Attention's one-token decode for why not a dot)."""
+  f32 = jnp.float32
+  return _pairwise_sum(a.astype(f32)[..., None] * b[:, :, None].astype(f32), axis=3)
+
+
 class Attention(nn.Module):
   """Grouped-query attention over [cache keys ; this call's keys]."""
   cfg: DecoderConfig
@@ -116,9 +123,8 @@ class Attention(nn.Module):
       # One-token decode over per-layer caches (decode_unrolled, CPU): each (b, k) product is a
       # [G, H] x [H, C] matmul, which XLA:CPU runs as 3 * B tiny single-threaded calls (~8
       # GFLOP/s). The same sums as one fused elementwise product halved pairwise read the cache
-      # once, on every core: 2.2-4x faster per layer (BUILD_NOTES, "Decode attention").
-      scores_cache = _pairwise_sum(qg.astype(f32)[..., None] * cache_k[:, :, None].astype(f32),
-                                   axis=3)                               # [B, K, G*S, C]
+      # once, on every core: 2.2-4x faster per layer (BUILD_NOTES, "Whole-build benchmark").
+      scores_cache = _fused_batched_matmul(qg, cache_k)                  # [B, K, G*S, C]
     else:
       scores_cache = jnp.einsum("bkqh,bkhc->bkqc", qg, cache_k, preferred_element_type=f32)
     scores_new = jnp.einsum("bkqh,bkht->bkqt", qg, k, preferred_element_type=f32)
@@ -141,8 +147,7 @@ class Attention(nn.Module):
     c = cache_v.shape[2]
     merge = lambda t: t.reshape(b, cfg.num_kv_heads, groups * s, t.shape[-1])
     if write_at is not None:   # as the scores above: [G, C] x [C, H] per (b, k), fused
-      attended = _pairwise_sum(merge(probs[..., :c]).astype(f32)[..., None] *
-                               cache_v[:, :, None].astype(f32), axis=3).astype(self.dtype)
+      attended = _fused_batched_matmul(merge(probs[..., :c]), cache_v).astype(self.dtype)
     else:
       attended = jnp.einsum("bkqc,bkch->bkqh", merge(probs[..., :c]), cache_v)
     out = (attended +
