@@ -47,6 +47,8 @@ def define_flags() -> None:
   flags.DEFINE_bool("warmup", True, "Sample mode: compile every shape on one cluster first.")
   flags.DEFINE_list("row_buckets", [], "Sample mode: decode once per row bucket (e.g. 16,8), "
                     "side by side; empty: the default bucket.")
+  flags.DEFINE_bool("decode", True, "Sample mode: decode the sample; --nodecode reports the "
+                    "prefill counts only (prefix_tree), in seconds instead of minutes.")
   flags.DEFINE_bool("whole", False, "Whole mode: run build_synthetic_db (--config, --workdir).")
   config_flags.DEFINE_config_file("config", None, "Whole mode: build config, e.g. "
                                   "experiments/configs/medical_synth.py:paper_cpu")
@@ -64,6 +66,32 @@ def _config_of_build(build_dir: str):
   from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
   with open(os.path.join(build_dir, wd_lib.CONFIG), encoding="utf-8") as f:
     return ml_collections.ConfigDict(json.load(f))
+
+
+def prefix_tree(suffixes: Sequence[Sequence[int]]) -> dict:
+  """Prefill tokens of one cluster's document suffixes, as prefilled today (every row its own
+  suffix) and through a prefix tree (a span shared by several rows' openings prefilled once:
+  one token per tree node, the radix-cache count of LLM servers). An upper bound on what
+  prefix sharing saves: it ignores how rows are chunked and padded."""
+  root: dict = {}
+  nodes = 0
+  for suffix in suffixes:
+    node = root
+    for token in suffix:
+      if token not in node:
+        node[token] = {}
+        nodes += 1
+      node = node[token]
+  return {"tokens": sum(len(s) for s in suffixes), "tree_tokens": nodes}
+
+
+def prefill_counts(suffixes_of: dict) -> dict:
+  """prefix_tree summed over clusters (aggregates only)."""
+  trees = [prefix_tree(s) for s in suffixes_of.values() if s]
+  tokens = sum(t["tokens"] for t in trees)
+  tree = sum(t["tree_tokens"] for t in trees)
+  return {"prefill_tokens": tokens, "prefill_tokens_prefix_tree": tree,
+          "prefix_tree_saves": 1 - tree / tokens if tokens else 0.0}
 
 
 def useful_flops(cfg, prefix_len: int, suffixes, steps: int) -> float:
@@ -113,13 +141,14 @@ def sample_key_of(r: int) -> jax.Array:
 
 
 def sample(build_dir: str, num_clusters: int, warmup: bool = True,
-           row_buckets: Sequence[int] = ()) -> dict:
+           row_buckets: Sequence[int] = (), decode: bool = True) -> dict:
   """Times the private decode of clusters 0 .. num_clusters-1 of the build in `build_dir`.
 
   row_buckets: rows are padded to a multiple of private_decode.ROW_BUCKET; given several
   values, the sample is decoded once per value in this one run (a lever measured side by
   side), and the report counts the clusters whose texts differ from the first value's (the
   same keys and distribution; only float rounding of other padded shapes can move a draw).
+  decode False: only the prefill counts (prefill_counts), no decode and no peak measured.
   """
   from dpsynrag_jax import private_decode  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
@@ -135,6 +164,11 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   key_of = sample_key_of
   cfg = lm.config
   rows_real = sum(len(suffixes[r]) for r in ids)
+  counts = {"mode": "sample", "build": os.path.abspath(build_dir), "clusters": len(ids),
+            "empty_clusters": sum(1 for r in ids if not suffixes[r]), "rows_real": rows_real,
+            "prefix_tokens": len(predictor.prefix), **prefill_counts(suffixes)}
+  if not decode:
+    return {**counts, "peak_rss_gb": peak_rss_gb()}
   peak = bench_generation.matmul_peak()
 
   runs, first_tokens = [], None
@@ -170,9 +204,7 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   finally:
     private_decode.ROW_BUCKET = default_bucket
   return {
-      "mode": "sample", "build": os.path.abspath(build_dir), "clusters": len(ids),
-      "empty_clusters": sum(1 for r in ids if not suffixes[r]), "rows_real": rows_real,
-      "c_over_tau": cal.c_over_tau, "T": cal.T, "runs": runs,
+      **counts, "c_over_tau": cal.c_over_tau, "T": cal.T, "runs": runs,
       "matmul_peak_gflops_per_s": peak["peak"], "peak_rss_gb": peak_rss_gb(),
       "backend": jax.default_backend(), "devices": predictor.num_devices,
   }
@@ -200,7 +232,7 @@ def main(argv):
     if not FLAGS.build_dir:
       raise app.UsageError("Give --build_dir (sample mode) or --whole.")
     report = sample(FLAGS.build_dir, FLAGS.clusters, FLAGS.warmup,
-                    [int(b) for b in FLAGS.row_buckets])
+                    [int(b) for b in FLAGS.row_buckets], FLAGS.decode)
   text = json.dumps(report, indent=1)
   print(text)
   if FLAGS.json_out:

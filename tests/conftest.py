@@ -1,9 +1,22 @@
 """Shared fixtures. Expensive models load once per test session."""
 
 import os
+import shutil
+import tempfile
 
 # Tests run on the CPU; keep XLA from grabbing every core's worth of threads per process.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# One persistent XLA compilation cache per test session, shared by every process the session
+# starts (subprocesses inherit the environment): the suite builds the same tiny models and
+# pipelines in many tests, fresh encoder and model instances and CLI subprocesses, and each
+# would otherwise compile the same programs again. Tracing still happens per function, so the
+# tests that count compiled programs (trace counters) are unaffected. A fresh folder per
+# session: nothing compiled by an earlier checkout is ever reused.
+_XLA_CACHE = tempfile.mkdtemp(prefix="dpsynrag-test-xla-cache-")
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _XLA_CACHE)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 from hypothesis import settings  # pylint: disable=g-import-not-at-top
 import pytest  # pylint: disable=g-import-not-at-top
@@ -27,3 +40,8 @@ def pytest_collection_modifyitems(items):
   for item in items:
     if "smollm2" in getattr(item, "fixturenames", ()):
       item.add_marker(pytest.mark.slow)
+
+
+def pytest_sessionfinish(session, exitstatus):
+  del session, exitstatus
+  shutil.rmtree(_XLA_CACHE, ignore_errors=True)

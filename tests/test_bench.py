@@ -96,6 +96,7 @@ def test_bench_build_decodes_a_public_sample_of_a_real_build(tmp_path):
   assert sixteen["useful_gflop"] > 0 and 0 < sixteen["fraction_of_peak"]
   assert sixteen["seconds"]["decode"] > 0 and report["peak_rss_gb"] > 0
   assert sixteen["clusters_differing_from_first"] == 0
+  assert report["prefill_tokens"] >= report["prefill_tokens_prefix_tree"] > 0
   assert 0 <= eight["clusters_differing_from_first"] <= 3
   assert _tree_digest(workdir) == before
   with pytest.raises(ValueError, match="asked for 999"):
@@ -127,3 +128,17 @@ def _check_decode_variants(workdir, before):
       assert row["c"] > rows[("paper", eps)]["c"]
   assert "| svt_test | 3 |" in decode_variants.markdown(report)
   assert _tree_digest(workdir) == before
+
+
+def test_prefix_tree_counts_each_shared_opening_once():
+  """A span shared by several rows' openings is counted once; a row that is a prefix of
+  another adds nothing; distinct rows add all their tokens."""
+  from experiments import bench_build  # pylint: disable=g-import-not-at-top
+  assert bench_build.prefix_tree([[1, 2, 3], [1, 2, 4], [1, 2]]) == {"tokens": 8,
+                                                                    "tree_tokens": 4}
+  assert bench_build.prefix_tree([[5, 6], [7, 6]]) == {"tokens": 4, "tree_tokens": 4}
+  assert bench_build.prefix_tree([]) == {"tokens": 0, "tree_tokens": 0}
+  counts = bench_build.prefill_counts({0: [[1, 2, 3], [1, 2, 4]], 1: [], 2: [[1, 9]]})
+  # Clusters are separate trees: cluster 2's [1, 9] shares nothing with cluster 0.
+  assert counts["prefill_tokens"] == 8 and counts["prefill_tokens_prefix_tree"] == 6
+  assert counts["prefix_tree_saves"] == pytest.approx(0.25)
