@@ -8,6 +8,16 @@ config.json; the FAISS index is left out, `rag.index` rebuilds it from the texts
 evaluation's rows (results.json, table.md) with the example answers of RAG removed (they quote
 the private documents), and the aggregate reports the work dir holds (funnel, queries against
 accuracy, ablations, leakage). Nothing from private/ is ever copied.
+
+    python -m experiments.publish --restore --workdir=runs/searchqa_cpu/eval --dataset=searchqa \
+        --out=docs/results/searchqa_cpu
+
+--restore goes the other way, for a new machine: the published rows are appended to the work
+dir's results.jsonl (and published queries-against-accuracy points to its
+queries_vs_accuracy.jsonl), so a rerun of the same evaluation there computes only what is
+missing. A restored DP-SynRAG row's build stays where it was published: publishing again
+checks that the build named by the row is the one in --out (its config digest) instead of
+copying it.
 """
 
 from __future__ import annotations
@@ -54,7 +64,9 @@ def publish(workdir: str, dataset: str, out: str) -> list[str]:
   os.makedirs(out, exist_ok=True)
   written = []
   synrag = [r for r in rows if r["method"] == "DP-SynRAG" and r.get("build")]
-  if synrag:
+  if synrag and not os.path.isdir(os.path.join(workdir, synrag[0]["build"])):
+    _check_published_build(out, synrag[0]["build"])   # a restored row: its release is in out
+  elif synrag:
     build = os.path.join(workdir, synrag[0]["build"])
     if not wd_lib.Workdir(build).finished:
       raise ValueError(f"{build} is not a finished build.")
@@ -74,9 +86,51 @@ def publish(workdir: str, dataset: str, out: str) -> list[str]:
   return written
 
 
+def _check_published_build(out: str, build: str) -> None:
+  """Raises unless `out` holds the release of `build` (a build folder ends with its config
+  digest)."""
+  path = os.path.join(out, wd_lib.CONFIG)
+  if not os.path.exists(path):
+    raise ValueError(f"The DP-SynRAG build {build} is neither in the work dir nor published "
+                     f"in {out}.")
+  with open(path, encoding="utf-8") as f:
+    digest = wd_lib.config_digest(json.load(f))
+  if not build.endswith("_" + digest):
+    raise ValueError(f"{out} holds the release of another build (config digest {digest}) "
+                     f"than the rows' {build}.")
+
+
+def restore(out: str, workdir: str) -> dict:
+  """Appends the rows published in `out` to `workdir`'s results.jsonl and
+  queries_vs_accuracy.jsonl, skipping those already there (by settings key); returns how many
+  rows each file received."""
+  os.makedirs(workdir, exist_ok=True)
+  added = {}
+  for published, log in (("results.json", "results.jsonl"),
+                         ("queries_vs_accuracy.json", "queries_vs_accuracy.jsonl")):
+    path = os.path.join(out, published)
+    if not os.path.exists(path):
+      continue
+    with open(path, encoding="utf-8") as f:
+      rows = json.load(f)["rows"]
+    log_path = os.path.join(workdir, log)
+    have = {r.get("settings") for r in wd_lib.read_jsonl(log_path)}
+    new = [r for r in rows if r.get("settings") and r["settings"] not in have]
+    wd_lib.append_jsonl(log_path, new)
+    added[log] = len(new)
+  if not added:
+    raise FileNotFoundError(f"{out} holds no published rows (results.json, "
+                            "queries_vs_accuracy.json).")
+  return added
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if FLAGS.restore:
+    for log, count in restore(FLAGS.out, FLAGS.workdir).items():
+      print(f"{os.path.join(FLAGS.workdir, log)}: {count} rows restored")
+    return
   for name in publish(FLAGS.workdir, FLAGS.dataset, FLAGS.out):
     print(os.path.join(FLAGS.out, name))
 
@@ -85,5 +139,7 @@ if __name__ == "__main__":
   flags.DEFINE_string("workdir", None, "The evaluation's work dir.")
   flags.DEFINE_string("dataset", None, "medical, movielens or searchqa.")
   flags.DEFINE_string("out", None, "Destination, e.g. docs/results/movielens_cpu.")
+  flags.DEFINE_bool("restore", False, "Copy the rows published in --out back into --workdir "
+                    "(a rerun there then computes only the missing rows).")
   flags.mark_flags_as_required(["workdir", "dataset", "out"])
   app.run(main)

@@ -395,3 +395,31 @@ def test_publish_copies_the_release_and_rows_but_nothing_private(eval_dir, tmp_p
   assert not any("private" in name for name in os.listdir(out))
   with pytest.raises(ValueError, match="no rows for dataset"):
     publish.publish(workdir, "searchqa", out)
+  _check_restore(publish, eval_dir, out, tmp_path)
+
+
+def _check_restore(publish, eval_dir, out, tmp_path):
+  """The published rows restored into a new work dir: a rerun there computes nothing (no
+  build, no answers), and publishing again finds the restored DP-SynRAG row's release in
+  --out instead of a build folder."""
+  _, config, rows = eval_dir
+  new = str(tmp_path / "restored")
+  assert publish.restore(out, new) == {"results.jsonl": len(rows)}
+  assert publish.restore(out, new) == {"results.jsonl": 0}   # nothing twice
+  again = evaluate.run(config, new)
+  assert [r["settings"] for r in again] == [r["settings"] for r in rows]
+  assert sorted(os.listdir(new)) == ["accuracy.png", "results.json", "results.jsonl",
+                                     "table.md"]
+  publish.publish(new, "medical", out)
+  published = json.load(open(os.path.join(out, "results.json")))["rows"]
+  assert [r["settings"] for r in published] == [r["settings"] for r in rows]
+  with pytest.raises(ValueError, match="neither in the work dir nor published"):
+    publish.publish(new, "medical", str(tmp_path / "elsewhere"))
+  other = tmp_path / "other"
+  other.mkdir()
+  with open(other / "config.json", "w") as f:
+    json.dump({**json.load(open(os.path.join(out, "config.json"))), "seed": 99}, f)
+  with pytest.raises(ValueError, match="another build"):
+    publish.publish(new, "medical", str(other))
+  with pytest.raises(FileNotFoundError, match="no published rows"):
+    publish.restore(str(tmp_path / "empty"), new)
