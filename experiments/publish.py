@@ -64,10 +64,10 @@ def publish(workdir: str, dataset: str, out: str) -> list[str]:
   os.makedirs(out, exist_ok=True)
   written = []
   synrag = [r for r in rows if r["method"] == "DP-SynRAG" and r.get("build")]
-  if synrag and not os.path.isdir(os.path.join(workdir, synrag[0]["build"])):
+  build = os.path.join(workdir, synrag[0]["build"]) if synrag else None
+  if build and not os.path.isdir(build):
     _check_published_build(out, synrag[0]["build"])   # a restored row: its release is in out
-  elif synrag:
-    build = os.path.join(workdir, synrag[0]["build"])
+  elif build:
     if not wd_lib.Workdir(build).finished:
       raise ValueError(f"{build} is not a finished build.")
     for name in BUILD_FILES:
