@@ -61,15 +61,16 @@ def publish(workdir: str, dataset: str, out: str) -> list[str]:
   rows = [r for r in results["rows"] if r["dataset"] == dataset]
   if not rows:
     raise ValueError(f"{results_path} holds no rows for dataset {dataset!r}.")
-  os.makedirs(out, exist_ok=True)
   written = []
   synrag = [r for r in rows if r["method"] == "DP-SynRAG" and r.get("build")]
   build = os.path.join(workdir, synrag[0]["build"]) if synrag else None
+  # Every check before the first write: a refused publish leaves no empty --out behind.
   if build and not os.path.isdir(build):
     _check_published_build(out, synrag[0]["build"])   # a restored row: its release is in out
-  elif build:
-    if not wd_lib.Workdir(build).finished:
-      raise ValueError(f"{build} is not a finished build.")
+  elif build and not wd_lib.Workdir(build).finished:
+    raise ValueError(f"{build} is not a finished build.")
+  os.makedirs(out, exist_ok=True)
+  if build and os.path.isdir(build):
     for name in BUILD_FILES:
       shutil.copyfile(os.path.join(build, name), os.path.join(out, name))
       written.append(name)

@@ -420,6 +420,7 @@ def _check_restore(publish, eval_dir, out, tmp_path):
   assert [r["settings"] for r in published] == [r["settings"] for r in rows]
   with pytest.raises(ValueError, match="neither in the work dir nor published"):
     publish.publish(new, "medical", str(tmp_path / "elsewhere"))
+  assert not os.path.exists(tmp_path / "elsewhere")   # refused before anything was written
   other = tmp_path / "other"
   other.mkdir()
   with open(other / "config.json", "w") as f:
