@@ -76,17 +76,31 @@ def _tree_digest(root):
 
 
 def test_bench_build_decodes_a_public_sample_of_a_real_build(tmp_path):
-  """bench_build's sample mode on a tiny build: it counts the sample's real rows, decodes at
-  least those, reports useful GFLOP/s against the peak, and leaves the build untouched."""
+  """bench_build's whole mode builds a tiny config (interrupted once, so the report counts only
+  what the resumed run decoded); its sample mode then counts the sample's real rows, decodes
+  at least those, reports useful GFLOP/s against the peak, and leaves the build untouched."""
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
   from experiments import bench_build  # pylint: disable=g-import-not-at-top
   from experiments.configs import medical_synth  # pylint: disable=g-import-not-at-top
   workdir = str(tmp_path / "build")
-  pipeline.build_synthetic_db(medical_synth.get_config("tiny"), workdir)
+  config = medical_synth.get_config("tiny")
+  config.runtime.stop_after_clusters = 2
+  with pytest.raises(pipeline.PipelineInterrupted):
+    bench_build.whole(config, workdir)
+  first = set(wd_lib.Workdir(workdir).generated(0))
+  config.runtime.stop_after_clusters = -1
+  built = bench_build.whole(config, workdir)
+  selected = wd_lib.Workdir(workdir).selected()
+  rest = [r for r in selected if r not in first]
+  assert built["resumed"] and built["clusters"] == len(rest) == config.clustering.R - len(first)
+  real = sum(len(selected[r]) for r in rest)
+  assert built["rows_real"] == real and built["rows_decoded"] >= real
+  assert built["rows_decoded"] % built["row_bucket"] == 0
+  assert built["useful_gflop"] > 0 and 0 < built["fraction_of_peak"]
+  assert built["seconds"]["decode"] > 0 and built["peak_rss_gb"] > 0
   before = _tree_digest(workdir)
   report = bench_build.sample(workdir, num_clusters=3, row_buckets=[16, 8])
-  selected = wd_lib.Workdir(workdir).selected()
   assert report["clusters"] == 3
   assert report["rows_real"] == sum(len(selected[r]) for r in range(3))
   sixteen, eight = report["runs"]
