@@ -208,25 +208,42 @@ def answer_resumably(method: baselines.Method, questions: Sequence[str],
   if log_path is None:
     start = time.time()
     return method.answer(list(questions)), time.time() - start
-  done = wd_lib.read_jsonl(log_path)
-  if not _answers_to(done, questions):
-    raise ValueError(f"{log_path} logs answers to other questions than these; delete it to "
-                     "answer again.")
-  os.makedirs(os.path.dirname(log_path), exist_ok=True)
-  # Rewrite what was read, so a torn last line is not followed by new records.
-  wd_lib.atomic_write_text(log_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in done))
+  done = read_answer_log(log_path, questions)
   method.skip(len(done))
   for begin in range(len(done), len(questions), ANSWER_CHUNK):
     chunk = list(questions[begin:begin + ANSWER_CHUNK])
     start = time.time()
     out = method.answer(chunk)
-    seconds = (time.time() - start) / len(chunk)
-    records = [{"question": _question_digest(q), "answer": a, "context": list(c),
-                "seconds": round(seconds, 3)} for q, a, c in zip(chunk, out.answers, out.contexts)]
-    wd_lib.append_jsonl(log_path, records)
-    done.extend(records)
-  return (baselines.Answers([r["answer"] for r in done], [r["context"] for r in done]),
-          sum(r["seconds"] for r in done))
+    done.extend(log_answers(log_path, chunk, out, time.time() - start))
+  return answers_of(done), sum(r["seconds"] for r in done)
+
+
+def read_answer_log(log_path: str, questions: Sequence[str]) -> list[dict]:
+  """The records of an answer log (answer_resumably's format), checked to answer the first of
+  `questions` in order; the file is rewritten as read, so a torn last line is not followed by
+  new records. A missing log reads as no records."""
+  done = wd_lib.read_jsonl(log_path)
+  if not _answers_to(done, questions):
+    raise ValueError(f"{log_path} logs answers to other questions than these; delete it to "
+                     "answer again.")
+  os.makedirs(os.path.dirname(log_path), exist_ok=True)
+  wd_lib.atomic_write_text(log_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in done))
+  return done
+
+
+def log_answers(log_path: str, questions: Sequence[str], out: baselines.Answers,
+                seconds: float) -> list[dict]:
+  """Appends the answers `out` to `questions` (taking `seconds` in all) to the log; returns
+  the records written."""
+  each = seconds / max(len(questions), 1)
+  records = [{"question": _question_digest(q), "answer": a, "context": list(c),
+              "seconds": round(each, 3)} for q, a, c in zip(questions, out.answers, out.contexts)]
+  wd_lib.append_jsonl(log_path, records)
+  return records
+
+
+def answers_of(records: Sequence[dict]) -> baselines.Answers:
+  return baselines.Answers([r["answer"] for r in records], [r["context"] for r in records])
 
 
 def evaluate_method(method: baselines.Method, task: Task, queries,

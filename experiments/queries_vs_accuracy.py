@@ -21,6 +21,7 @@ from typing import Sequence
 
 from absl import logging
 import numpy as np
+import tqdm
 
 from dpsynrag_jax import baselines
 from dpsynrag_jax import evaluation
@@ -36,21 +37,33 @@ def _numbers(text: str, kind=float) -> list:
 
 
 def dp_rag_sessions(config, task, lm, encoder, embeddings: np.ndarray, questions,
-                    eps_total: float, n: int, seed: int) -> baselines.Answers:
-  """Answers `questions` in consecutive sessions of n, each a DP-RAG holding eps_total."""
-  answers, contexts = [], []
+                    eps_total: float, n: int, seed: int,
+                    log_path: str | None = None) -> baselines.Answers:
+  """Answers `questions` in consecutive sessions of n, each a DP-RAG holding eps_total.
+
+  log_path: a private answer log (evaluation.read_answer_log's format) appended after every
+  session, so a point cut off resumes at its first unlogged session. Each session has its own
+  key stream (session index), so the resumed answers are those of an uninterrupted run."""
+  texts = [q.text for q in questions]
+  done = evaluation.read_answer_log(log_path, texts) if log_path else []
+  if len(done) < len(texts):   # whole sessions only (each is logged at once; the last may be short)
+    done = done[:len(done) - len(done) % n]
   r = config.dp_rag
-  for start in range(0, len(questions), n):
+  starts = range(len(done), len(texts), n)
+  for start in tqdm.tqdm(starts, desc=f"DP-RAG sessions of {n}", unit="session",
+                         disable=len(starts) < 2):
     method = baselines.DPRAG(lm, encoder, task, epsilon_total=eps_total, num_queries=n,
                              delta=config.delta, k=r.k, T=r.T, omega=r.omega,
                              retrieval_share=r.retrieval_share, seed=seed,
                              session=start // n,   # a key stream of its own per session
                              embeddings=embeddings)
     method.build()
-    out = method.answer([q.text for q in questions[start:start + n]])
-    answers += out.answers
-    contexts += out.contexts
-  return baselines.Answers(answers, contexts)
+    began = time.time()
+    session = texts[start:start + n]
+    out = method.answer(session)
+    done += (evaluation.log_answers(log_path, session, out, time.time() - began) if log_path
+             else [{"answer": a, "context": list(c)} for a, c in zip(out.answers, out.contexts)])
+  return evaluation.answers_of(done)
 
 
 def _score(task, questions, out: baselines.Answers, retrieves: bool) -> dict:
@@ -120,7 +133,10 @@ def points(config, workdir: str) -> list[dict]:
         if embeddings is None:
           embeddings = encoder.embed(list(task.documents))  # private, in memory only
         start = time.time()
-        out = dp_rag_sessions(config, task, lm, encoder, embeddings, questions, eps, n, seed)
+        # The log quotes retrieved private documents: it lives under private/.
+        log = os.path.join(workdir, "private", f"dp_rag_sessions_{key}.jsonl")
+        out = dp_rag_sessions(config, task, lm, encoder, embeddings, questions, eps, n, seed,
+                              log_path=log)
         add(key, "DP-RAG", eps, n, seed, _score(task, questions, out, True),
             time.time() - start)
   return rows

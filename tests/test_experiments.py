@@ -215,7 +215,7 @@ def test_utility_options_spend_the_same_budget_and_share_builds(eval_dir):
       os.path.join(workdir, "utility_options.md")).read()
 
 
-def test_dp_rag_sessions_charge_each_session_its_whole_budget(monkeypatch):
+def test_dp_rag_sessions_charge_each_session_its_whole_budget_and_resume(monkeypatch, tmp_path):
   from dpsynrag_jax import baselines  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.baselines import dp_rag  # pylint: disable=g-import-not-at-top
   calls = []
@@ -227,16 +227,31 @@ def test_dp_rag_sessions_charge_each_session_its_whole_budget(monkeypatch):
 
     def answer(self, questions):
       calls.append(("answer", len(questions)))
-      return baselines.Answers(["x"] * len(questions), [[] for _ in questions])
+      if stop_at == self.session:
+        raise KeyboardInterrupt
+      return baselines.Answers([f"s{self.session}q{i}" for i in range(len(questions))],
+                               [[f"doc{self.session}"] for _ in questions])
 
   config = qva_config.get_config("tiny")
   monkeypatch.setattr(baselines, "DPRAG", Recorder)
   task = evaluation.load_eval_task(config, "medical")
-  out = queries_vs_accuracy.dp_rag_sessions(config, task, None, None, None, task.test[:5],
-                                            eps_total=3.0, n=2, seed=0)
-  assert len(out.answers) == 5
+  sessions = lambda log=None: queries_vs_accuracy.dp_rag_sessions(
+      config, task, None, None, None, task.test[:5], eps_total=3.0, n=2, seed=0, log_path=log)
+  stop_at = None
+  out = sessions()
+  assert out.answers == ["s0q0", "s0q1", "s1q0", "s1q1", "s2q0"]
   assert [c for c in calls if c[0] == "answer"] == [("answer", 2), ("answer", 2), ("answer", 1)]
   assert all(c[1] == 3.0 for c in calls if c[0] == "build")
+  # Cut off in session 1, then rerun: only the unlogged sessions are asked, same answers.
+  log = str(tmp_path / "private" / "sessions.jsonl")
+  stop_at = 1
+  with pytest.raises(KeyboardInterrupt):
+    sessions(log)
+  stop_at, calls[:] = None, []
+  assert sessions(log) == out
+  assert [c for c in calls if c[0] == "answer"] == [("answer", 2), ("answer", 1)]
+  calls[:] = []
+  assert sessions(log) == out and not calls   # a finished point asks nothing
 
 
 def test_demo_runs_end_to_end_on_the_tiny_config(tmp_path, capsys):
