@@ -193,6 +193,42 @@ def test_queries_vs_accuracy_splits_dp_rag_budget_and_keeps_dp_synrag_flat(eval_
     assert os.path.getsize(os.path.join(workdir, name)) > 0
 
 
+def test_queries_vs_accuracy_takes_flat_points_from_evaluate_rows(monkeypatch, tmp_path):
+  from dpsynrag_jax import baselines  # pylint: disable=g-import-not-at-top
+  config = qva_config.get_config("tiny")
+  config.epsilons, config.query_counts = "3", "2"
+  task = evaluation.load_eval_task(config, "medical")
+  config.num_questions = len(task.test)   # every test question: evaluate's very answers
+  evaluated = []
+  for i, name in enumerate(("non_rag", "rag", "dp_synrag")):
+    synrag = None
+    if name == "dp_synrag":
+      synrag = evaluation.synrag_config(config, task, 0)
+      synrag.privacy.epsilon = 3.0
+    key = evaluation.settings_digest(evaluation.method_settings(
+        name, config, task, 0, len(task.test), synrag=synrag))
+    evaluated.append({"settings": key, "method": name, "accuracy": 0.1 * (i + 1),
+                      "context_recall": None if name == "non_rag" else 0.5})
+  (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evaluated))
+
+  def no_method(*args, **kwargs):
+    raise AssertionError("a flat point evaluate scored must not be built or answered again")
+
+  monkeypatch.setattr(evaluation, "make_method", no_method)
+  monkeypatch.setattr(queries_vs_accuracy, "dp_rag_sessions", lambda *a, **k: baselines.Answers(
+      ["-"] * len(task.test), [[] for _ in task.test]))
+  rows = queries_vs_accuracy.points(config, str(tmp_path))
+  flat = {r["method"]: r for r in rows if r["queries"] is None}
+  assert [flat[m]["accuracy"] for m in ("Non-RAG", "RAG", "DP-SynRAG")] == pytest.approx(
+      [0.1, 0.2, 0.3])
+  assert [flat[m]["evaluated_as"] for m in ("Non-RAG", "RAG", "DP-SynRAG")] == [
+      r["settings"] for r in evaluated]
+  # Fewer questions than evaluate asked: not the same answers, so the point is computed.
+  config.num_questions = len(task.test) - 1
+  with pytest.raises(AssertionError, match="must not be built"):
+    queries_vs_accuracy.points(config, str(tmp_path))
+
+
 def test_utility_options_spend_the_same_budget_and_share_builds(eval_dir):
   workdir, _, _ = eval_dir
   config = utility_config.get_config("tiny")
