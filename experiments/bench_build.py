@@ -215,7 +215,9 @@ def whole(config, workdir: str) -> dict:
   GFLOP/s of its decode phase against the matmul peak measured afterwards in this process.
 
   A resumed run decodes only the clusters missing from the work dir, so the useful work
-  counts exactly the clusters this run decoded (`resumed` says whether any were there)."""
+  counts exactly the clusters this run decoded (`resumed` says whether any were there);
+  `all_runs` adds up every run of the build from its phase log (pipeline.read_phase_log): the
+  whole build's seconds per phase and useful GFLOP/s, however many runs it took."""
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
   before = set(wd_lib.Workdir(workdir).generated(0)) if os.path.isdir(workdir) else set()
@@ -227,10 +229,20 @@ def whole(config, workdir: str) -> dict:
   work = decode_work(workdir, before)
   peak = bench_generation.matmul_peak()
   gflops = work["useful_gflop"] / seconds["decode"] if seconds.get("decode") else 0.0
+  logged = pipeline.read_phase_log(workdir)
+  every = decode_work(workdir, set()) if before else work
+  all_decode = logged["seconds"].get("decode", 0.0)
+  all_gflops = every["useful_gflop"] / all_decode if all_decode else 0.0
   return {"mode": "whole", "workdir": os.path.abspath(workdir), "seconds_wall": wall,
           "seconds": seconds, "resumed": bool(before), **work,
           "useful_gflops_per_s": gflops, "matmul_peak_gflops_per_s": peak["peak"],
           "fraction_of_peak": gflops / peak["peak"], "peak_rss_gb": rss,
+          "all_runs": {"runs": logged["runs"], "clusters": every["clusters"],
+                       "seconds": logged["seconds"],
+                       "seconds_total": sum(logged["seconds"].values()),
+                       "useful_gflop": every["useful_gflop"],
+                       "useful_gflops_per_s": all_gflops,
+                       "fraction_of_peak": all_gflops / peak["peak"]},
           "backend": jax.default_backend()}
 
 

@@ -99,6 +99,15 @@ def test_bench_build_decodes_a_public_sample_of_a_real_build(tmp_path):
   assert built["rows_decoded"] % built["row_bucket"] == 0
   assert built["useful_gflop"] > 0 and 0 < built["fraction_of_peak"]
   assert built["seconds"]["decode"] > 0 and built["peak_rss_gb"] > 0
+  # Both runs on the phase log: the whole build's decode is more than the resumed run's.
+  every = built["all_runs"]
+  assert every["runs"] == 2
+  assert every["seconds"]["decode"] > built["seconds"]["decode"]
+  assert every["seconds"]["load"] > built["seconds"]["load"]
+  assert every["clusters"] == config.clustering.R
+  assert every["useful_gflop"] >= built["useful_gflop"]   # the first two may be empty
+  assert every["seconds_total"] == pytest.approx(sum(every["seconds"].values()))
+  assert every["seconds"]["keywords"] >= built["seconds"]["keywords"]
   before = _tree_digest(workdir)
   report = bench_build.sample(workdir, num_clusters=3, row_buckets=[16, 8])
   assert report["clusters"] == 3

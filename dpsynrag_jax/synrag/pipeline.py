@@ -59,18 +59,52 @@ class PipelineInterrupted(RuntimeError):
 
 
 class _Timer:
-  """Wall time per phase, logged as each ends."""
+  """Wall time per phase, logged as each ends and, with log_path, appended there too.
 
-  def __init__(self):
+  The log outlives the run: a build cut off and resumed has its earlier runs' phases on disk,
+  so a benchmark can report the whole build's time however many runs it took (read_phase_log).
+  It stays under private/: decode seconds follow cluster sizes."""
+
+  def __init__(self, log_path: str | None = None):
     self.seconds: dict[str, float] = {}
+    self.log_path = log_path
 
   @contextlib.contextmanager
   def phase(self, name: str):
     start = time.time()
     logging.info("phase %s ...", name)
     yield
-    self.seconds[name] = self.seconds.get(name, 0.0) + time.time() - start
+    spent = time.time() - start
+    self.seconds[name] = self.seconds.get(name, 0.0) + spent
+    self.record(name, spent)
     logging.info("phase %s done in %.1f s", name, self.seconds[name])
+
+  def record(self, name: str, seconds: float, **extra) -> None:
+    if self.log_path:
+      wd_lib.append_jsonl(self.log_path, [{"phase": name, "seconds": round(seconds, 3),
+                                           **extra}])
+
+
+def phase_log_name(process: int) -> str:
+  """The phase log of one process (process 0 keeps the single-process name)."""
+  return "phase_seconds.jsonl" if process == 0 else f"phase_seconds.p{process}.jsonl"
+
+
+def read_phase_log(workdir: str, process: int = 0) -> dict:
+  """Seconds per phase summed over every run of the build in `workdir` (process `process`).
+
+  The decode phase is summed from its per-group records ("decode_group"), written as each
+  group of clusters is persisted, so a run cut off mid-decode still counts the groups it
+  finished; a finished run's own "decode" record would count them twice and is left out.
+  Returns {"runs": runs that logged their load, "seconds": {phase: total}}."""
+  records = wd_lib.read_jsonl(wd_lib.Workdir(workdir).private_path(phase_log_name(process)))
+  seconds: dict[str, float] = {}
+  for rec in records:
+    if rec["phase"] == "decode":
+      continue
+    name = "decode" if rec["phase"] == "decode_group" else rec["phase"]
+    seconds[name] = seconds.get(name, 0.0) + rec["seconds"]
+  return {"runs": sum(rec["phase"] == "load" for rec in records), "seconds": seconds}
 
 
 def calibration_of(config) -> privacy.Calibration:
@@ -138,7 +172,7 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
   build = _Build(config=config, cal=cal, seed=seed, wd=wd,
                  ledger=privacy.ResumableLedger(wd.private_path("ledger.json"), cal)
                  if lead else None, process=proc, processes=procs)
-  timer = _Timer()
+  timer = _Timer(wd.private_path(phase_log_name(proc)))
 
   with timer.phase("load"):
     lm = lm or load_lm(config.model.lm, dtype=dtype_named(config.model.dtype))
@@ -181,7 +215,7 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
 
   with timer.phase("decode"):
     mine = [r for r in range(len(selected)) if r % procs == proc]
-    generated = _decode_all(build, predictor, documents, selected, mine, hints)
+    generated = _decode_all(build, predictor, documents, selected, mine, hints, timer)
   distributed.barrier("decoded")
   if not lead:
     return {"process": proc, "clusters": len(mine)}
@@ -350,10 +384,10 @@ def _public_hints(config, keywords: list[str]) -> list[str]:
 
 
 def _decode_all(build: _Build, predictor, documents, selected, clusters,
-                hints: list[str]) -> dict[int, list[int]]:
+                hints: list[str], timer: _Timer) -> dict[int, list[int]]:
   """Token ids of the synthetic texts of `clusters` (this process's share), by groups of equal
-  shape over the devices; each group persisted as it finishes. hints: per cluster, the public
-  row's hint (_public_hints)."""
+  shape over the devices; each group persisted as it finishes, with its seconds in the timer's
+  log. hints: per cluster, the public row's hint (_public_hints)."""
   wd = build.wd
   done = {r: t for r, t in wd.generated(build.process).items() if r in set(clusters)}
   todo = [r for r in clusters if r not in done]
@@ -361,9 +395,14 @@ def _decode_all(build: _Build, predictor, documents, selected, clusters,
   stop_after = build.config.runtime.stop_after_clusters
   already = len(done)
 
+  since = [time.time()]
+
   def persist(outputs):
     wd.add_generated(build.process, outputs)
     done.update(outputs)
+    now = time.time()
+    timer.record("decode_group", now - since[0], clusters=len(outputs))
+    since[0] = now
     if 0 <= stop_after <= len(done) - already:
       raise PipelineInterrupted(
           f"Stopped after {len(done)} clusters (runtime.stop_after_clusters).")
