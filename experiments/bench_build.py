@@ -37,6 +37,7 @@ from ml_collections import config_flags
 import numpy as np
 
 from experiments import bench_generation
+from experiments import cli
 
 FLAGS = flags.FLAGS
 
@@ -272,10 +273,13 @@ def decode_work(build_dir: str, skip: set) -> dict:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  cached = cli.start_app()
   if FLAGS.whole:
     if FLAGS.config is None or not FLAGS.workdir:
       raise app.UsageError("--whole needs --config and --workdir.")
     report = whole(FLAGS.config, FLAGS.workdir)
+    # Compiles are part of a build's time: say whether they were loaded from a warm cache.
+    report["compilation_cache"] = {"dir": FLAGS.compilation_cache, "entries_before": cached}
   else:
     if not FLAGS.build_dir:
       raise app.UsageError("Give --build_dir (sample mode) or --whole.")
@@ -291,4 +295,5 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
+  cli.define_compilation_cache()
   app.run(main)

@@ -42,6 +42,7 @@ def sweep_rows(config, workdir: str) -> list[dict]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  cli.start_app()
   if cli.FLAGS.append:
     if cli.FLAGS.config is not None:
       raise app.UsageError("--append reuses the work dir's own config; drop --config.")
@@ -55,6 +56,7 @@ def main(argv):
 
 if __name__ == "__main__":
   cli.define_config_and_workdir("Experiment config file.", config_required=False)
+  cli.define_compilation_cache()
   flags.DEFINE_string("append", "", "A JSONL/CSV of new documents to add to the finished "
                       "build in --workdir as a new partition.")
   app.run(main)

@@ -28,6 +28,7 @@ from dpsynrag_jax.rag import answer as rag_answer
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import pipeline
 from dpsynrag_jax.synrag import workdir as wd_lib
+from experiments import cli
 from experiments import funnel
 from experiments.configs import medical_synth
 
@@ -121,9 +122,11 @@ def run(workdir: str, num_questions: int, funnel_questions: int,
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  cli.start_app()
   run(flags.FLAGS.workdir, flags.FLAGS.questions, flags.FLAGS.funnel_questions)
 
 
 if __name__ == "__main__":
   define_flags()
+  cli.define_compilation_cache()
   app.run(main)
