@@ -68,17 +68,27 @@ def dp_rag_sessions(config, task, lm, encoder, embeddings: np.ndarray, questions
 
 def _evaluated_row(evaluated: dict, name: str, config, task, seed: int, questions,
                    synrag) -> dict | None:
-  """The experiments.evaluate row (from results.jsonl, keyed by settings) that answered exactly
-  these questions with the same method settings, or None.
+  """Scores of the first len(questions) test questions from the experiments.evaluate row
+  (results.jsonl, keyed by settings) of the same method settings, or None.
 
-  A flat method's point asks every question once, as evaluate does, so when it asks all the
-  test questions evaluate's row is the same answers and scores (a MovieLens flat point costs
-  a DP-SynRAG build and two readers' passes otherwise)."""
-  if len(questions) != len(task.test):
-    return None
+  A flat method's point asks each question once, as evaluate does, so evaluate's answers to
+  these questions are the point's answers: its per-question scores of the first m questions
+  give the point (a MovieLens flat point costs a DP-SynRAG build and two readers' passes
+  otherwise)."""
+  m = len(questions)
   key = evaluation.settings_digest(
-      evaluation.method_settings(name, config, task, seed, len(questions), synrag=synrag))
-  return evaluated.get(key)
+      evaluation.method_settings(name, config, task, seed, len(task.test), synrag=synrag))
+  row = evaluated.get(key)
+  if row is None or m > len(task.test):
+    return None
+  per = row.get("per_question")
+  if per is None or len(per["correct"]) != len(task.test):   # a row without its per-question
+    return ({"accuracy": row["accuracy"], "context_recall": row["context_recall"],
+             "evaluated_as": key} if m == len(task.test) else None)
+  recalled = per.get("recalled")
+  return {"accuracy": float(np.mean(per["correct"][:m])),
+          "context_recall": None if recalled is None else float(np.mean(recalled[:m])),
+          "evaluated_as": key}
 
 
 def _score(task, questions, out: baselines.Answers, retrieves: bool) -> dict:
@@ -115,10 +125,10 @@ def points(config, workdir: str) -> list[dict]:
       return True
     return False
 
-  def add(key, method, eps, n, seed, scores, seconds, **provenance):
+  def add(key, method, eps, n, seed, scores, seconds):
     row = {"dataset": dataset, "method": method, "epsilon_total": eps, "queries": n,
            "seed": seed, "questions": len(questions), "seconds": round(seconds, 1),
-           "settings": key, **scores, **provenance}
+           "settings": key, **scores}
     wd_lib.append_jsonl(path, [row])
     rows.append(row)
     history[key] = row
@@ -137,8 +147,7 @@ def points(config, workdir: str) -> list[dict]:
         continue
       same = _evaluated_row(evaluated, name, config, task, seed, questions, synrag)
       if same is not None:   # experiments.evaluate scored these very answers already
-        add(key, label, eps, None, seed, {m: same[m] for m in ("accuracy", "context_recall")},
-            0.0, evaluated_as=same["settings"])
+        add(key, label, eps, None, seed, same, 0.0)
         continue
       start = time.time()
       method = evaluation.make_method(name, config, task, lm, encoder, seed, workdir,

@@ -198,7 +198,7 @@ def test_queries_vs_accuracy_takes_flat_points_from_evaluate_rows(monkeypatch, t
   config = qva_config.get_config("tiny")
   config.epsilons, config.query_counts = "3", "2"
   task = evaluation.load_eval_task(config, "medical")
-  config.num_questions = len(task.test)   # every test question: evaluate's very answers
+  m = len(task.test)
   evaluated = []
   for i, name in enumerate(("non_rag", "rag", "dp_synrag")):
     synrag = None
@@ -206,27 +206,38 @@ def test_queries_vs_accuracy_takes_flat_points_from_evaluate_rows(monkeypatch, t
       synrag = evaluation.synrag_config(config, task, 0)
       synrag.privacy.epsilon = 3.0
     key = evaluation.settings_digest(evaluation.method_settings(
-        name, config, task, 0, len(task.test), synrag=synrag))
-    evaluated.append({"settings": key, "method": name, "accuracy": 0.1 * (i + 1),
-                      "context_recall": None if name == "non_rag" else 0.5})
-  (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evaluated))
+        name, config, task, 0, m, synrag=synrag))
+    correct = [int(q < i + 1) for q in range(m)]       # the first i + 1 questions right
+    recalled = None if name == "non_rag" else [1] * (m - 1) + [0]
+    evaluated.append({"settings": key, "method": name, "accuracy": sum(correct) / m,
+                      "context_recall": None if recalled is None else sum(recalled) / m,
+                      "per_question": {"correct": correct, "recalled": recalled}})
+  def workdir(name):
+    os.makedirs(tmp_path / name)
+    (tmp_path / name / "results.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in evaluated))
+    return str(tmp_path / name)
 
   def no_method(*args, **kwargs):
     raise AssertionError("a flat point evaluate scored must not be built or answered again")
 
   monkeypatch.setattr(evaluation, "make_method", no_method)
   monkeypatch.setattr(queries_vs_accuracy, "dp_rag_sessions", lambda *a, **k: baselines.Answers(
-      ["-"] * len(task.test), [[] for _ in task.test]))
-  rows = queries_vs_accuracy.points(config, str(tmp_path))
-  flat = {r["method"]: r for r in rows if r["queries"] is None}
-  assert [flat[m]["accuracy"] for m in ("Non-RAG", "RAG", "DP-SynRAG")] == pytest.approx(
-      [0.1, 0.2, 0.3])
-  assert [flat[m]["evaluated_as"] for m in ("Non-RAG", "RAG", "DP-SynRAG")] == [
-      r["settings"] for r in evaluated]
-  # Fewer questions than evaluate asked: not the same answers, so the point is computed.
-  config.num_questions = len(task.test) - 1
+      ["-"] * len(a[5]), [[] for _ in a[5]]))
+  for asked in (m, 2):   # every test question, then the first two: their own scores
+    config.num_questions = asked
+    rows = queries_vs_accuracy.points(config, workdir(f"q{asked}"))
+    flat = {r["method"]: r for r in rows if r["queries"] is None}
+    assert [flat[k]["accuracy"] for k in ("Non-RAG", "RAG", "DP-SynRAG")] == pytest.approx(
+        [min(i + 1, asked) / asked for i in range(3)])
+    assert flat["Non-RAG"]["context_recall"] is None
+    assert flat["RAG"]["context_recall"] == pytest.approx(min(asked, m - 1) / asked)
+    assert [flat[k]["evaluated_as"] for k in ("Non-RAG", "RAG", "DP-SynRAG")] == [
+        r["settings"] for r in evaluated]
+  # An evaluate row of other settings (another budget) is not these answers: computed.
+  config.epsilons = "5"
   with pytest.raises(AssertionError, match="must not be built"):
-    queries_vs_accuracy.points(config, str(tmp_path))
+    queries_vs_accuracy.points(config, workdir("other"))
 
 
 def test_utility_options_spend_the_same_budget_and_share_builds(eval_dir):
