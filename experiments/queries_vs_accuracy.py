@@ -163,13 +163,13 @@ def points(config, workdir: str) -> list[dict]:
           continue
         if embeddings is None:
           embeddings = encoder.embed(list(task.documents))  # private, in memory only
-        start = time.time()
         # The log quotes retrieved private documents: it lives under private/.
         log = os.path.join(workdir, "private", f"dp_rag_sessions_{key}.jsonl")
         out = dp_rag_sessions(config, task, lm, encoder, embeddings, questions, eps, n, seed,
                               log_path=log)
-        add(key, "DP-RAG", eps, n, seed, _score(task, questions, out, True),
-            time.time() - start)
+        # Answering seconds of every run that logged a session (a resumed point's total).
+        seconds = sum(r.get("seconds", 0.0) for r in wd_lib.read_jsonl(log))
+        add(key, "DP-RAG", eps, n, seed, _score(task, questions, out, True), seconds)
   return rows
 
 

@@ -222,8 +222,13 @@ def test_queries_vs_accuracy_takes_flat_points_from_evaluate_rows(monkeypatch, t
     raise AssertionError("a flat point evaluate scored must not be built or answered again")
 
   monkeypatch.setattr(evaluation, "make_method", no_method)
-  monkeypatch.setattr(queries_vs_accuracy, "dp_rag_sessions", lambda *a, **k: baselines.Answers(
-      ["-"] * len(a[5]), [[] for _ in a[5]]))
+  def sessions(*args, log_path):   # logs as the real one does: 2.5 s a question
+    out = baselines.Answers(["-"] * len(args[5]), [[] for _ in args[5]])
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    evaluation.log_answers(log_path, [q.text for q in args[5]], out, 2.5 * len(args[5]))
+    return out
+
+  monkeypatch.setattr(queries_vs_accuracy, "dp_rag_sessions", sessions)
   for asked in (m, 2):   # every test question, then the first two: their own scores
     config.num_questions = asked
     rows = queries_vs_accuracy.points(config, workdir(f"q{asked}"))
@@ -234,6 +239,8 @@ def test_queries_vs_accuracy_takes_flat_points_from_evaluate_rows(monkeypatch, t
     assert flat["RAG"]["context_recall"] == pytest.approx(min(asked, m - 1) / asked)
     assert [flat[k]["evaluated_as"] for k in ("Non-RAG", "RAG", "DP-SynRAG")] == [
         r["settings"] for r in evaluated]
+    (dp_rag,) = [r for r in rows if r["queries"] is not None]
+    assert dp_rag["seconds"] == pytest.approx(2.5 * asked, abs=0.01)   # from its session log
   # An evaluate row of other settings (another budget) is not these answers: computed.
   config.epsilons = "5"
   with pytest.raises(AssertionError, match="must not be built"):
