@@ -81,11 +81,8 @@ def _evaluated_row(evaluated: dict, name: str, config, task, seed: int, question
   row = evaluated.get(key)
   if row is None or m > len(task.test):
     return None
-  per = row.get("per_question")
-  if per is None or len(per["correct"]) != len(task.test):   # a row without its per-question
-    return ({"accuracy": row["accuracy"], "context_recall": row["context_recall"],
-             "evaluated_as": key} if m == len(task.test) else None)
-  recalled = per.get("recalled")
+  per = row["per_question"]
+  recalled = per["recalled"]
   return {"accuracy": float(np.mean(per["correct"][:m])),
           "context_recall": None if recalled is None else float(np.mean(recalled[:m])),
           "evaluated_as": key}

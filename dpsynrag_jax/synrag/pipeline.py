@@ -395,14 +395,15 @@ def _decode_all(build: _Build, predictor, documents, selected, clusters,
   stop_after = build.config.runtime.stop_after_clusters
   already = len(done)
 
-  since = [time.time()]
+  group_start = time.time()
 
   def persist(outputs):
+    nonlocal group_start
     wd.add_generated(build.process, outputs)
     done.update(outputs)
     now = time.time()
-    timer.record("decode_group", now - since[0], clusters=len(outputs))
-    since[0] = now
+    timer.record("decode_group", now - group_start, clusters=len(outputs))
+    group_start = now
     if 0 <= stop_after <= len(done) - already:
       raise PipelineInterrupted(
           f"Stopped after {len(done)} clusters (runtime.stop_after_clusters).")
