@@ -32,6 +32,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import tqdm
 
+from dpsynrag_jax import host_memory
 from dpsynrag_jax.models import inference, kv_cache
 from dpsynrag_jax.models.language_model import LanguageModel, bucket_length
 from dpsynrag_jax.privacy import PrivateTokenSelector, SparseVectorSelector
@@ -43,6 +44,12 @@ REPHRASE_PROMPT = ("Rephrase the following document without altering the importa
 # 8 decodes 5 % fewer rows than 16 on paper_cpu (BUILD_NOTES, "Row buckets").
 ROW_BUCKET = 8
 PREFILL_CHUNK = 16  # rows per prefill call
+# Compiled group programs are kept for this many cluster shapes (rows, suffix bucket). Each
+# shape's programs hold ~80 MB of host memory on CPU, and a paper_cpu build visits ~30 shapes
+# once each, in order, so keeping them all (as up to 64 were) held gigabytes for nothing; a
+# few cover DP-RAG, whose questions come back to the same shapes (BUILD_NOTES, "Peak RSS of
+# the whole build").
+PROGRAMS_KEPT = 4
 _SENTINEL = "\u2063DOC\u2063"
 
 
@@ -79,9 +86,12 @@ def _decode_rows(params, cache, logits, doc_mask, public_mask, key, *, cfg, dtyp
 
 @dataclasses.dataclass(frozen=True)
 class _Static:
-  """Everything about a compiled group program that is not an array."""
+  """Everything about a compiled group program that is not an array. `rows` is part of it
+  so that a program (a jit object, which compiles once per input shape) holds one cluster
+  shape's executables and dropping it frees them."""
   cfg: object
   dtype: object
+  rows: int
   capacity: int
   T: int
   selector: PrivateTokenSelector | SparseVectorSelector
@@ -108,15 +118,16 @@ def _lead(tree):
   return jax.tree.map(lambda a: a[None], tree)
 
 
-@functools.lru_cache(maxsize=64)
-def _empty_program(static: _Static, rows: int):
-  """() -> (cache [G, ...] of `rows` rows and static.capacity slots, logits [G, rows, V]).
+@functools.lru_cache(maxsize=PROGRAMS_KEPT)
+def _empty_program(static: _Static):
+  """() -> (cache [G, ...] of static.rows rows and static.capacity slots, logits [G, rows,
+  V]).
 
   Where the decode loop unrolls the layers (CPU), the cache is made per layer here, so the
   prefill writes straight into the buffers the loop updates in place: a stacked cache would be
   split into per-layer copies when the loop starts, two copies of the largest buffer of the
   build alive at once (1.4 GB for a 128-row SmolLM2 cluster)."""
-  g = static.mesh.devices.size
+  g, rows = static.mesh.devices.size, static.rows
 
   def make():
     cache = kv_cache.init_cache(static.cfg, rows, static.capacity, static.dtype)
@@ -128,7 +139,7 @@ def _empty_program(static: _Static, rows: int):
   return jax.jit(make, out_shardings=NamedSharding(static.mesh, PartitionSpec("clusters")))
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=PROGRAMS_KEPT)
 def _prefill_program(static: _Static):
   """Group program of _prefill_rows; the cache and logits buffers are donated."""
   def per_device(params, prefix_k, prefix_v, row0, cache, logits, tokens, lengths):
@@ -139,7 +150,7 @@ def _prefill_program(static: _Static):
   return _sharded(static, per_device, num_split=4, num_same=4, donate=(4, 5))
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=PROGRAMS_KEPT)
 def _decode_program(static: _Static):
   """Group program of _decode_rows -> (tokens [G, T], counts [G], paid [G], the final cache). The
   cache is donated and returned, so the while loop runs in place on the prefilled buffers
@@ -316,8 +327,8 @@ class PrivatePredictor:
       self._public_suffix_tokens[hint] = self.suffixes([hint])[0] or [self.lm.pad_id]
     return self._public_suffix_tokens[hint]
 
-  def _static(self, length: int) -> _Static:
-    return _Static(cfg=self.lm.config, dtype=self.lm.dtype,
+  def _static(self, rows: int, length: int) -> _Static:
+    return _Static(cfg=self.lm.config, dtype=self.lm.dtype, rows=rows,
                    capacity=len(self.prefix) + length + self.T, T=self.T,
                    selector=self.selector, eos_ids=self.lm.eos_ids, pad_id=self.lm.pad_id,
                    mesh=self.mesh)
@@ -347,9 +358,9 @@ class PrivatePredictor:
     """
     tokens, lengths, doc_mask, public_mask = arrays
     g, rows, length = tokens.shape
-    static = self._static(length)
+    static = self._static(rows, length)
     split = NamedSharding(self.mesh, PartitionSpec("clusters"))
-    cache, logits = _empty_program(static, rows)()
+    cache, logits = _empty_program(static)()
     real = doc_mask | public_mask
     for row0 in range(0, rows, PREFILL_CHUNK):
       rows_here = slice(row0, row0 + PREFILL_CHUNK)
@@ -371,7 +382,7 @@ class PrivatePredictor:
     keys = list(keys) + [jax.random.PRNGKey(0)] * (self.num_devices - len(keys))
     split = NamedSharding(self.mesh, PartitionSpec("clusters"))
     masks = [jax.device_put(a, split) for a in arrays[2:]]
-    tokens, counts, paid, _ = _decode_program(self._static(arrays[0].shape[2]))(
+    tokens, counts, paid, _ = _decode_program(self._static(*arrays[0].shape[1:]))(
         self._params, cache, logits, *masks, jax.device_put(jnp.stack(keys), split))
     return np.asarray(tokens), np.asarray(counts), np.asarray(paid)
 
@@ -385,6 +396,9 @@ class PrivatePredictor:
                         ) -> tuple[list[list[int]], list[int]]:
     """decode_group, and how many of each cluster's tokens were drawn privately."""
     tokens, counts, paid = self.decode_arrays(self.pack_group(clusters, shape, hints), keys)
+    # The group's caches are freed now; without this their pages stay in the allocator's
+    # heaps, fragmented across shapes (12.7 GB resident at the end of a paper_cpu build).
+    host_memory.release_freed_memory()
     return ([tokens[g, :counts[g]].tolist() for g in range(len(clusters))],
             [int(p) for p in paid[:len(clusters)]])
 

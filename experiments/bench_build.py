@@ -10,7 +10,9 @@ config.json) and its clusters S_r (private state), and decodes the clusters with
 --clusters indices again, from fresh keys, in this process: nothing is written into the build
 and nothing is released. The cluster indices are public (0 .. n-1), so the sample mixes empty,
 small and full clusters as the build does. Whole mode (--whole) runs build_synthetic_db from
-scratch (or resumes) in --workdir and reports its phases.
+scratch (or resumes) in --workdir and reports its phases. Progress mode (--progress
+--workdir=...) builds nothing: it reports a build as it stands (finished, running or cut off)
+from its phase log, summed over every run that worked on it.
 
 Both report, in one run: wall seconds per phase (sample mode: compile warm-up and decode),
 useful GFLOP/s (only real document rows and the tokens actually decoded: experiments.
@@ -45,12 +47,17 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
   flags.DEFINE_string("build_dir", "", "Sample mode: a build whose clusters are chosen.")
   flags.DEFINE_integer("clusters", 60, "Sample mode: decode clusters 0 .. clusters-1.")
+  flags.DEFINE_bool("per_shape", False, "Sample mode: instead, decode one cluster of every "
+                    "padded shape the build has (its lowest index): every buffer size a whole "
+                    "build allocates, for its peak memory, in minutes instead of hours.")
   flags.DEFINE_bool("warmup", True, "Sample mode: compile every shape on one cluster first.")
   flags.DEFINE_list("row_buckets", [], "Sample mode: decode once per row bucket (e.g. 16,8), "
                     "side by side; empty: the default bucket.")
   flags.DEFINE_bool("decode", True, "Sample mode: decode the sample; --nodecode reports the "
                     "prefill counts only (prefix_tree), in seconds instead of minutes.")
   flags.DEFINE_bool("whole", False, "Whole mode: run build_synthetic_db (--config, --workdir).")
+  flags.DEFINE_bool("progress", False, "Report a build in --workdir as it stands (finished, "
+                    "running or cut off) from its phase log, building nothing.")
   config_flags.DEFINE_config_file("config", None, "Whole mode: build config, e.g. "
                                   "experiments/configs/medical_synth.py:paper_cpu")
   flags.DEFINE_string("workdir", "", "Whole mode: the build's work dir (resumable).")
@@ -142,7 +149,8 @@ def sample_key_of(r: int) -> jax.Array:
 
 
 def sample(build_dir: str, num_clusters: int, warmup: bool = True,
-           row_buckets: Sequence[int] = (), decode: bool = True) -> dict:
+           row_buckets: Sequence[int] = (), decode: bool = True,
+           per_shape: bool = False) -> dict:
   """Times the private decode of clusters 0 .. num_clusters-1 of the build in `build_dir`.
 
   row_buckets: rows are padded to a multiple of private_decode.ROW_BUCKET; given several
@@ -150,10 +158,18 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   side), and the report counts the clusters whose texts differ from the first value's (the
   same keys and distribution; only float rounding of other padded shapes can move a draw).
   decode False: only the prefill counts (prefill_counts), no decode and no peak measured.
+  per_shape: the sample is one cluster of each padded shape of the whole build instead (its
+  lowest index; num_clusters is ignored), in ascending shape order as a build runs them; the
+  report adds the resident size after the sample, to compare with its peak.
   """
   from dpsynrag_jax import private_decode  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
 
+  from dpsynrag_jax import host_memory  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
+
+  if per_shape:
+    num_clusters = len(wd_lib.Workdir(build_dir).selected())
   loaded = load_sample(build_dir, num_clusters)
   config, ids, lm = loaded.config, loaded.ids, loaded.lm
   start = time.perf_counter()
@@ -161,11 +177,19 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   predictor = pipeline._predictor(config, cal, lm)   # pylint: disable=protected-access
   suffixes = {r: predictor.suffixes([loaded.documents[i] for i in loaded.selected[r]])
               for r in ids}
+  if per_shape:
+    first_of_shape = {}
+    for r in ids:
+      if suffixes[r]:
+        first_of_shape.setdefault(predictor.shape_of(suffixes[r]), r)
+    ids = [first_of_shape[shape] for shape in sorted(first_of_shape)]
+    suffixes = {r: suffixes[r] for r in ids}
   load_seconds = loaded.seconds + time.perf_counter() - start
   key_of = sample_key_of
   cfg = lm.config
   rows_real = sum(len(suffixes[r]) for r in ids)
-  counts = {"mode": "sample", "build": os.path.abspath(build_dir), "clusters": len(ids),
+  counts = {"mode": "sample_per_shape" if per_shape else "sample",
+            "build": os.path.abspath(build_dir), "clusters": len(ids),
             "empty_clusters": sum(1 for r in ids if not suffixes[r]), "rows_real": rows_real,
             "prefix_tokens": len(predictor.prefix), **prefill_counts(suffixes)}
   if not decode:
@@ -207,6 +231,7 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   return {
       **counts, "c_over_tau": cal.c_over_tau, "T": cal.T, "runs": runs,
       "matmul_peak_gflops_per_s": peak["peak"], "peak_rss_gb": peak_rss_gb(),
+      "resident_after_gb": host_memory.resident_gb(),
       "backend": jax.default_backend(), "devices": predictor.num_devices,
   }
 
@@ -230,21 +255,32 @@ def whole(config, workdir: str) -> dict:
   work = decode_work(workdir, before)
   peak = bench_generation.matmul_peak()
   gflops = work["useful_gflop"] / seconds["decode"] if seconds.get("decode") else 0.0
-  logged = pipeline.read_phase_log(workdir)
-  every = decode_work(workdir, set()) if before else work
-  all_decode = logged["seconds"].get("decode", 0.0)
-  all_gflops = every["useful_gflop"] / all_decode if all_decode else 0.0
   return {"mode": "whole", "workdir": os.path.abspath(workdir), "seconds_wall": wall,
           "seconds": seconds, "resumed": bool(before), **work,
           "useful_gflops_per_s": gflops, "matmul_peak_gflops_per_s": peak["peak"],
           "fraction_of_peak": gflops / peak["peak"], "peak_rss_gb": rss,
-          "all_runs": {"runs": logged["runs"], "clusters": every["clusters"],
-                       "seconds": logged["seconds"],
-                       "seconds_total": sum(logged["seconds"].values()),
-                       "useful_gflop": every["useful_gflop"],
-                       "useful_gflops_per_s": all_gflops,
-                       "fraction_of_peak": all_gflops / peak["peak"]},
+          "all_runs": progress(workdir, peak["peak"]),
           "backend": jax.default_backend()}
+
+
+def progress(workdir: str, peak_gflops: float) -> dict:
+  """The build in `workdir` so far, over every run that worked on it (finished, running or cut
+  off): its phase log summed (pipeline.read_phase_log), the clusters decoded so far and their
+  useful GFLOP/s over the decode seconds the log holds for them."""
+  from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
+  logged = pipeline.read_phase_log(workdir)
+  wd = wd_lib.Workdir(workdir)
+  if wd.selected():
+    work = decode_work(workdir, set(wd.selected()) - set(wd.generated(0)))
+  else:   # cut off before its clusters were chosen: phases only
+    work = {"clusters": 0, "useful_gflop": 0.0}
+  decode = logged["seconds"].get("decode", 0.0)
+  gflops = work["useful_gflop"] / decode if decode else 0.0
+  return {"runs": logged["runs"], "finished": wd.finished, "clusters_planned": len(wd.selected()),
+          **work, "seconds": logged["seconds"], "seconds_total": sum(logged["seconds"].values()),
+          "useful_gflops_per_s": gflops, "matmul_peak_gflops_per_s": peak_gflops,
+          "fraction_of_peak": gflops / peak_gflops}
 
 
 def decode_work(build_dir: str, skip: set) -> dict:
@@ -274,7 +310,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   cached = cli.start_app()
-  if FLAGS.whole:
+  if FLAGS.progress:
+    if not FLAGS.workdir:
+      raise app.UsageError("--progress needs --workdir.")
+    report = {"mode": "progress", "workdir": os.path.abspath(FLAGS.workdir),
+              **progress(FLAGS.workdir, bench_generation.matmul_peak()["peak"])}
+  elif FLAGS.whole:
     if FLAGS.config is None or not FLAGS.workdir:
       raise app.UsageError("--whole needs --config and --workdir.")
     report = whole(FLAGS.config, FLAGS.workdir)
@@ -284,7 +325,7 @@ def main(argv):
     if not FLAGS.build_dir:
       raise app.UsageError("Give --build_dir (sample mode) or --whole.")
     report = sample(FLAGS.build_dir, FLAGS.clusters, FLAGS.warmup,
-                    [int(b) for b in FLAGS.row_buckets], FLAGS.decode)
+                    [int(b) for b in FLAGS.row_buckets], FLAGS.decode, FLAGS.per_shape)
   text = json.dumps(report, indent=1)
   print(text)
   if FLAGS.json_out:

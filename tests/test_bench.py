@@ -89,6 +89,10 @@ def test_bench_build_decodes_a_public_sample_of_a_real_build(tmp_path):
   with pytest.raises(pipeline.PipelineInterrupted):
     bench_build.whole(config, workdir)
   first = set(wd_lib.Workdir(workdir).generated(0))
+  cut = bench_build.progress(workdir, peak_gflops=100.0)   # the build as it was cut off
+  assert not cut["finished"] and cut["runs"] == 1
+  assert cut["clusters"] == len(first) and cut["clusters_planned"] == config.clustering.R
+  assert cut["seconds"]["decode"] > 0 and cut["seconds"]["embed"] > 0
   config.runtime.stop_after_clusters = -1
   built = bench_build.whole(config, workdir)
   selected = wd_lib.Workdir(workdir).selected()
@@ -101,7 +105,7 @@ def test_bench_build_decodes_a_public_sample_of_a_real_build(tmp_path):
   assert built["seconds"]["decode"] > 0 and built["peak_rss_gb"] > 0
   # Both runs on the phase log: the whole build's decode is more than the resumed run's.
   every = built["all_runs"]
-  assert every["runs"] == 2
+  assert every["runs"] == 2 and every["finished"]
   assert every["seconds"]["decode"] > built["seconds"]["decode"]
   assert every["seconds"]["load"] > built["seconds"]["load"]
   assert every["clusters"] == config.clustering.R
@@ -121,6 +125,11 @@ def test_bench_build_decodes_a_public_sample_of_a_real_build(tmp_path):
   assert sixteen["clusters_differing_from_first"] == 0
   assert report["prefill_tokens"] >= report["prefill_tokens_prefix_tree"] > 0
   assert 0 <= eight["clusters_differing_from_first"] <= 3
+  # One cluster of each padded shape of the whole build: as many clusters as shapes.
+  per_shape = bench_build.sample(workdir, num_clusters=0, warmup=False, per_shape=True)
+  assert per_shape["mode"] == "sample_per_shape" and per_shape["empty_clusters"] == 0
+  assert per_shape["clusters"] == per_shape["runs"][0]["shapes"] >= 1
+  assert per_shape["resident_after_gb"] > 0
   assert _tree_digest(workdir) == before
   with pytest.raises(ValueError, match="asked for 999"):
     bench_build.sample(workdir, num_clusters=999)

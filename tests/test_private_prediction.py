@@ -136,6 +136,26 @@ def test_clusters_in_the_same_buckets_share_compiled_programs(tiny_lm):
   assert inference.TRACE_COUNTS["private_decode"] - before["private_decode"] == 1
 
 
+def test_programs_of_a_few_shapes_are_kept_and_a_dropped_one_rebuilds_identically(tiny_lm):
+  """A build visits many shapes once each: only the last PROGRAMS_KEPT shapes' programs stay
+  in memory, and a shape decoded again after its programs were dropped traces them again
+  and draws the same tokens."""
+  pp = PrivatePredictor(tiny_lm, c=0.3, tau=1.0, T=3)
+  key = jax.random.PRNGKey(0)
+  bucket = private_decode.ROW_BUCKET
+  clusters = [pp.suffixes([NOTE] * (1 + bucket * i))
+              for i in range(private_decode.PROGRAMS_KEPT + 2)]
+  assert len({pp.shape_of(c) for c in clusters}) == len(clusters)
+  first = pp.decode_group([clusters[0]], [key], pp.shape_of(clusters[0]))
+  for cluster in clusters[1:]:
+    pp.decode_group([cluster], [key], pp.shape_of(cluster))
+  assert (private_decode._decode_program.cache_info().currsize  # pylint: disable=protected-access
+          <= private_decode.PROGRAMS_KEPT)
+  before = inference.TRACE_COUNTS["private_decode"]
+  assert pp.decode_group([clusters[0]], [key], pp.shape_of(clusters[0])) == first
+  assert inference.TRACE_COUNTS["private_decode"] - before == 1
+
+
 @dataclasses.dataclass(frozen=True)
 class _FirstRowEnds:
   """Row 0 emits EOS at once; every other row keeps emitting `other`."""
