@@ -162,10 +162,9 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   lowest index; num_clusters is ignored), in ascending shape order as a build runs them; the
   report adds the resident size after the sample, to compare with its peak.
   """
+  from dpsynrag_jax import host_memory  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax import private_decode  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
-
-  from dpsynrag_jax import host_memory  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
 
   if per_shape:
@@ -271,13 +270,14 @@ def progress(workdir: str, peak_gflops: float) -> dict:
   from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
   logged = pipeline.read_phase_log(workdir)
   wd = wd_lib.Workdir(workdir)
-  if wd.selected():
-    work = decode_work(workdir, set(wd.selected()) - set(wd.generated(0)))
+  selected = wd.selected()
+  if selected:
+    work = decode_work(workdir, set(selected) - set(wd.generated(0)))
   else:   # cut off before its clusters were chosen: phases only
     work = {"clusters": 0, "useful_gflop": 0.0}
   decode = logged["seconds"].get("decode", 0.0)
   gflops = work["useful_gflop"] / decode if decode else 0.0
-  return {"runs": logged["runs"], "finished": wd.finished, "clusters_planned": len(wd.selected()),
+  return {"runs": logged["runs"], "finished": wd.finished, "clusters_planned": len(selected),
           **work, "seconds": logged["seconds"], "seconds_total": sum(logged["seconds"].values()),
           "useful_gflops_per_s": gflops, "matmul_peak_gflops_per_s": peak_gflops,
           "fraction_of_peak": gflops / peak_gflops}
