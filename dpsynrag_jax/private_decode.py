@@ -311,21 +311,25 @@ class PrivatePredictor:
       public_mask[row] = i == len(suffixes)
     return tokens, lengths, doc_mask, public_mask
 
-  def shape_of(self, suffixes: Sequence[Sequence[int]], hint: str = "") -> tuple[int, int]:
-    """(rows, suffix length) bucket of a cluster; depends on that cluster alone."""
-    all_rows = list(suffixes) + ([self._public_suffix(hint)] if self.selector.needs_public_row
-                                 else [])
+  def shape_of(self, suffixes: Sequence[Sequence[int]], hint: str = "",
+               lead: Sequence[int] = ()) -> tuple[int, int]:
+    """(rows, suffix length) bucket of a cluster; depends on that cluster alone. `lead`: the
+    cluster's public opening (decode_many's lead_of), already in `suffixes`' rows, which the
+    public row gets too."""
+    all_rows = list(suffixes) + ([self._public_suffix(hint, lead)]
+                                 if self.selector.needs_public_row else [])
     rows = max(ROW_BUCKET, -(-len(all_rows) // ROW_BUCKET) * ROW_BUCKET)
     return rows, bucket_length(max((len(s) for s in all_rows), default=1))
 
-  def _public_suffix(self, hint: str = ""):
+  def _public_suffix(self, hint: str = "", lead: Sequence[int] = ()):
     """The public row's suffix when the selector reads it: the prompt with a public `hint`
-    (e.g. the cluster's released keyword) in the document's place, or with no document."""
+    (e.g. the cluster's released keyword) in the document's place, or with no document, then
+    the cluster's public `lead` tokens."""
     if not self.selector.needs_public_row:
       return None
     if hint not in self._public_suffix_tokens:
       self._public_suffix_tokens[hint] = self.suffixes([hint])[0] or [self.lm.pad_id]
-    return self._public_suffix_tokens[hint]
+    return self._public_suffix_tokens[hint] + list(lead)
 
   def _static(self, rows: int, length: int) -> _Static:
     return _Static(cfg=self.lm.config, dtype=self.lm.dtype, rows=rows,
@@ -334,16 +338,22 @@ class PrivatePredictor:
                    mesh=self.mesh)
 
   def pack_group(self, clusters: Sequence[Sequence[Sequence[int]]], shape: tuple[int, int],
-                 hints: Sequence[str] | None = None):
+                 hints: Sequence[str] | None = None,
+                 leads: Sequence[Sequence[int]] | None = None):
     """Host arrays [G, ...] (tokens, lengths, doc_mask, public_mask) of up to num_devices
     clusters sharing `shape`, filled to G = num_devices with empty clusters (all rows masked).
-    hints: each cluster's public hint for its public row (default: none)."""
+    hints: each cluster's public hint for its public row (default: none); leads: each
+    cluster's public opening tokens for its public row (default: none; the document rows
+    carry theirs in `clusters`)."""
     if not 0 < len(clusters) <= self.num_devices:
       raise ValueError(f"A group holds 1..{self.num_devices} clusters, got {len(clusters)}.")
     hints = [""] * len(clusters) if hints is None else list(hints)
-    if len(hints) != len(clusters):
-      raise ValueError(f"{len(hints)} hints for {len(clusters)} clusters.")
-    packed = [self._pack(c, self._public_suffix(h), *shape) for c, h in zip(clusters, hints)]
+    leads = [()] * len(clusters) if leads is None else list(leads)
+    for name, values in (("hints", hints), ("leads", leads)):
+      if len(values) != len(clusters):
+        raise ValueError(f"{len(values)} {name} for {len(clusters)} clusters.")
+    packed = [self._pack(c, self._public_suffix(h, lead), *shape)
+              for c, h, lead in zip(clusters, hints, leads)]
     packed += [self._pack([], self._public_suffix(), *shape)] * (self.num_devices - len(packed))
     return [np.stack(a) for a in zip(*packed)]
 
@@ -387,15 +397,17 @@ class PrivatePredictor:
     return np.asarray(tokens), np.asarray(counts), np.asarray(paid)
 
   def decode_group(self, clusters: Sequence[Sequence[Sequence[int]]], keys: Sequence[jax.Array],
-                   shape: tuple[int, int], hints: Sequence[str] | None = None
-                   ) -> list[list[int]]:
-    """Decodes up to num_devices clusters sharing `shape`; returns token ids per cluster."""
-    return self.decode_group_paid(clusters, keys, shape, hints)[0]
+                   shape: tuple[int, int], hints: Sequence[str] | None = None,
+                   leads: Sequence[Sequence[int]] | None = None) -> list[list[int]]:
+    """Decodes up to num_devices clusters sharing `shape`; returns token ids per cluster
+    (hints, leads: as pack_group)."""
+    return self.decode_group_paid(clusters, keys, shape, hints, leads)[0]
 
-  def decode_group_paid(self, clusters, keys, shape, hints=None
+  def decode_group_paid(self, clusters, keys, shape, hints=None, leads=None
                         ) -> tuple[list[list[int]], list[int]]:
     """decode_group, and how many of each cluster's tokens were drawn privately."""
-    tokens, counts, paid = self.decode_arrays(self.pack_group(clusters, shape, hints), keys)
+    tokens, counts, paid = self.decode_arrays(self.pack_group(clusters, shape, hints, leads),
+                                              keys)
     # The group's caches are freed now; without this their pages stay in the allocator's
     # heaps, fragmented across shapes (12.7 GB resident at the end of a paper_cpu build).
     host_memory.release_freed_memory()
@@ -433,7 +445,9 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
                 after_group: Callable[[dict[int, list[int]]], None] = lambda out: None,
                 progress: tqdm.tqdm | None = None,
                 paid: dict[int, int] | None = None,
-                hint_of: Callable[[int], str] | None = None) -> dict[int, list[int]]:
+                hint_of: Callable[[int], str] | None = None,
+                lead_of: Callable[[int], Sequence[int]] | None = None
+                ) -> dict[int, list[int]]:
   """Decodes many clusters, grouped by padded shape and run num_devices at a time.
 
   Args:
@@ -447,6 +461,10 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
     hint_of: cluster id -> a public text the public row reads in the document's place (e.g.
       the cluster's released keyword); None: the public row reads no document. Public data
       only: it never changes the mechanism's sensitivity.
+    lead_of: cluster id -> token ids that every row of the cluster (documents and public row)
+      reads after its prompt, as if they were the start of the answer: the cluster's released
+      topic terms (synrag.topics); the decoded tokens continue them and do not include them.
+      None: no lead.
 
   Returns:
     cluster id -> token ids of its synthetic text.
@@ -454,6 +472,10 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
   out: dict[int, list[int]] = {}
   by_shape = collections.defaultdict(list)
   hint_of = hint_of or (lambda cid: "")
+  lead_of = lead_of or (lambda cid: ())
+  if any(lead_of(cid) for cid in suffixes):
+    suffixes = {cid: [list(s) + list(lead_of(cid)) for s in rows]
+                for cid, rows in suffixes.items()}
   for cid in sorted(suffixes):
     if not suffixes[cid] and predictor.decodes_empty_without_model:
       # No document: the same draws as a padded decode, without its forward passes.
@@ -466,7 +488,7 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
       if progress is not None:
         progress.update(1)
     else:
-      by_shape[predictor.shape_of(suffixes[cid], hint_of(cid))].append(cid)
+      by_shape[predictor.shape_of(suffixes[cid], hint_of(cid), lead_of(cid))].append(cid)
   n = predictor.num_devices
   for shape, ids in sorted(by_shape.items()):
     for start in range(0, len(ids), n):
@@ -474,7 +496,8 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
       before_group(group)
       tokens, group_paid = predictor.decode_group_paid([suffixes[c] for c in group],
                                                        [key_of(c) for c in group], shape,
-                                                       [hint_of(c) for c in group])
+                                                       [hint_of(c) for c in group],
+                                                       [lead_of(c) for c in group])
       done = dict(zip(group, tokens))
       if paid is not None:
         paid.update(zip(group, group_paid))

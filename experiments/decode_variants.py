@@ -11,6 +11,8 @@ would, decodes the sample from fresh keys (experiments.bench_build.sample_key_of
 re-released) and scores:
 
   decode fidelity   sampled clusters with purity >= 0.5 whose text names their majority answer
+  topic fidelity    of those, the ones whose topic terms (the text's opening) name it
+                    (variants with topic terms only)
   tokens paid       private tokens over all tokens of the sample's texts (1 without the test)
 
 Only the decode stage is compared (the histogram and re-ranking are the build's), which is what
@@ -53,6 +55,23 @@ VARIANTS = {
                                 "candidate_terms": "medical_synth", "min_length": 20,
                                 "public_hint": "keyword"},
 }
+# Topic terms (issue 18, round two): one disease and three symptoms per cluster, drawn by
+# exponential mechanisms over how many of S_r's notes name each (synrag.topics), taking
+# privacy.topic_share of each cluster's budget after its threshold and embedding sum.
+_TOPIC = "medical_synth.diseases:1,medical_synth.symptoms:3"
+_TOPK_PLUS = {"candidates": 10, "candidate_width": 2.0, "candidate_terms": "medical_synth",
+              "min_length": 20}
+VARIANTS.update({
+    "topic": {"topic_terms": _TOPIC, "privacy.topic_share": 0.5},
+    "topic90": {"topic_terms": _TOPIC, "privacy.topic_share": 0.9},
+    "topic_topk_plus": {"topic_terms": _TOPIC, "privacy.topic_share": 0.5, **_TOPK_PLUS},
+    "topic90_topk_plus": {"topic_terms": _TOPIC, "privacy.topic_share": 0.9, **_TOPK_PLUS},
+    # Fewer tokens after the terms: each of the 30 gets a larger c from the same budget.
+    "topic_T30": {"topic_terms": _TOPIC, "privacy.topic_share": 0.5, "T": 30},
+    "topic90_T30": {"topic_terms": _TOPIC, "privacy.topic_share": 0.9, "T": 30},
+})
+
+
 def define_flags() -> None:
   flags.DEFINE_string("build_dir", "", "A build whose clusters are chosen (private state).")
   flags.DEFINE_integer("clusters", 60, "Decode clusters 0 .. clusters-1.")
@@ -87,8 +106,22 @@ def variant_config(config, epsilon: float, overrides: dict):
   with out.unlocked():
     out.privacy.epsilon = float(epsilon)
     for name, value in overrides.items():
-      out.generation[name] = value
+      section, _, field = name.rpartition(".")
+      out[section or "generation"][field] = value
   return out
+
+
+def topic_leads(vconfig, cal, loaded) -> dict[int, str]:
+  """Each sampled cluster's topic terms as text ('' without them), drawn from fresh keys."""
+  from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import topics  # pylint: disable=g-import-not-at-top
+  groups = pipeline.topic_groups(vconfig)
+  if not groups:
+    return {r: "" for r in loaded.ids}
+  presences = [topics.term_presence(loaded.documents, g.terms) for g in groups]
+  return {r: topics.lead_text(topics.draw_topic(
+      topics.topic_key(bench_build.sample_key_of(r)), groups, presences, loaded.selected[r],
+      cal.eps_topic)) for r in loaded.ids}
 
 
 def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
@@ -120,14 +153,21 @@ def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
       paid = {}
       start = time.perf_counter()
       hint = VARIANTS[name].get("public_hint", "")
+      leads = topic_leads(vconfig, cal, loaded)
+      lead_ids = {r: loaded.lm.encode([t])[0] if t else [] for r, t in leads.items()}
       tokens = private_decode.decode_many(
           predictor, suffixes, bench_build.sample_key_of, paid=paid,
-          hint_of=(lambda r: keywords[r]) if hint == "keyword" else None)
+          hint_of=(lambda r: keywords[r]) if hint == "keyword" else None,
+          lead_of=lambda r: lead_ids[r])
       seconds = time.perf_counter() - start
-      texts = {r: predictor.text(t) for r, t in tokens.items()}
+      texts = {r: predictor.text(lead_ids[r] + t) for r, t in tokens.items()}
       hits = [task.matches(texts[r], [a]) for r, a in sorted(pure.items())]
+      topic_hits = [task.matches(leads[r], [a]) for r, a in sorted(pure.items())]
       total = sum(len(t) for t in tokens.values())
       row = {"variant": name, "epsilon": float(epsilon), "c": cal.c,
+             "epsilon_topic": cal.eps_topic if cal.topic_count else None,
+             "topic_fidelity": (sum(topic_hits) / len(topic_hits)
+                                if cal.topic_count and topic_hits else None),
              "epsilon_test": cal.epsilon_test if cal.svt_paid else None,
              "paid_tokens_charged": cal.paid_tokens,
              "epsilon_spent_closed_form": cal.eps_closed_form(),
@@ -146,13 +186,15 @@ def markdown(report: dict) -> str:
   lines = [f"Sample: clusters 0-{report['clusters'] - 1} of the build "
            f"(S_r chosen at eps {report['build_epsilon']:g}), {report['pure_clusters']} "
            "with purity >= 0.5.", "",
-           "| variant | eps | c | eps_test | decode fidelity | tokens paid | mean tokens | s |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| variant | eps | c | eps_test | eps_topic | topic fidelity | decode fidelity | "
+           "tokens paid | mean tokens | s |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+  percent = lambda v: "-" if v is None else f"{100 * v:.1f} %"
   for r in report["rows"]:
     test = f"{r['epsilon_test']:.4f}" if r["epsilon_test"] else "-"
-    fidelity = ("-" if r["decode_fidelity"] is None else
-                f"{100 * r['decode_fidelity']:.1f} %")
-    lines.append(f"| {r['variant']} | {r['epsilon']:g} | {r['c']:.4f} | {test} | {fidelity} | "
+    topic = f"{r['epsilon_topic']:.4f}" if r.get("epsilon_topic") else "-"
+    lines.append(f"| {r['variant']} | {r['epsilon']:g} | {r['c']:.4f} | {test} | {topic} | "
+                 f"{percent(r.get('topic_fidelity'))} | {percent(r['decode_fidelity'])} | "
                  f"{100 * r['tokens_paid_share']:.1f} % | {r['mean_text_tokens']:.1f} | "
                  f"{r['seconds']:.0f} |")
   return "\n".join(lines) + "\n"

@@ -58,9 +58,16 @@ def _share(hits: Sequence[bool]) -> float | None:
 
 def cluster_texts(build_dir: str, decode) -> dict[int, str]:
   """cluster -> its synthetic text as the pipeline released it (private: ties text to cluster,
-  whereas the released database drops the texts the filter removed)."""
+  whereas the released database drops the texts the filter removed). With topic terms the
+  text opens with them (joined by a space: the release detokenises both at once, which can
+  differ in spacing only)."""
   rows = wd_lib.read_jsonl(os.path.join(build_dir, wd_lib.PRIVATE, "generated.jsonl"))
-  return {r["cluster"]: decode(r["tokens"]).strip() for r in rows}
+  leads_path = os.path.join(build_dir, wd_lib.PRIVATE, pipeline.TOPIC_LEADS)
+  leads = wd_lib.read_json(leads_path) if os.path.exists(leads_path) else None
+  texts = {r["cluster"]: decode(r["tokens"]).strip() for r in rows}
+  if leads:
+    texts = {r: f"{leads[r]} {t}".strip() for r, t in texts.items()}
+  return texts
 
 
 def check_documents(build_dir: str, task: Task) -> None:
@@ -233,10 +240,32 @@ def plan(config, workdir: str, num_questions: int) -> dict:
   return funnel
 
 
+def of_build(config, build_dir: str, dataset: str = "medical",
+             out: str = "") -> dict:
+  """The funnel of a finished build made outside an evaluation (build_synthetic_db,
+  bench_build --whole) against the evaluation config's test questions: every stage up to
+  context recall (nothing is answered). Written to the build's private/ folder and to `out`
+  (a .json path; a .md beside it) if given."""
+  task = evaluation.load_eval_task(config, dataset)
+  lm, encoder = evaluation.load_models(config)
+  funnel = build_funnel(build_dir, task, encoder, lm.decode)
+  funnel.update({"dataset": dataset, "questions_config": "test, first "
+                 f"{len(task.test)}"})
+  title = f"Funnel: {build_dir} on {dataset} ({len(task.test)} test questions)"
+  targets = [os.path.join(build_dir, wd_lib.PRIVATE, "funnel.json")] + ([out] if out else [])
+  for path in targets:
+    wd_lib.atomic_write_json(path, funnel)
+    wd_lib.atomic_write_text(os.path.splitext(path)[0] + ".md", markdown(funnel, title))
+  print(markdown(funnel, title))
+  return funnel
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  if flags.FLAGS.plan:
+  if flags.FLAGS.build_dir:
+    of_build(cli.FLAGS.config, flags.FLAGS.build_dir, out=flags.FLAGS.json_out)
+  elif flags.FLAGS.plan:
     plan(cli.FLAGS.config, cli.FLAGS.workdir, flags.FLAGS.questions)
   else:
     run(cli.FLAGS.config, cli.FLAGS.workdir)
@@ -247,4 +276,9 @@ if __name__ == "__main__":
   flags.DEFINE_bool("plan", False, "Choose clusters only and score them on validation "
                     "questions (a build config).")
   flags.DEFINE_integer("questions", 100, "Validation questions scored with --plan.")
+  flags.DEFINE_string("build_dir", "", "A finished Medical Synth build made outside the "
+                      "evaluation: its funnel up to context recall on the evaluation config's "
+                      "test questions (--workdir is not used).")
+  flags.DEFINE_string("json_out", "", "With --build_dir: also write the funnel here (.json, "
+                      "and .md beside it).")
   app.run(main)

@@ -144,14 +144,19 @@ def _check_decode_variants(workdir, before):
   decode_variants.VARIANTS["svt_test"] = {"svt_paid": 3, "svt_threshold": 0.5,
                                           "svt_share": 0.5}
   try:
-    report = decode_variants.run(workdir, 4, [10.0, 3.0], ["paper", "svt_test"])
+    report = decode_variants.run(workdir, 4, [10.0, 3.0], ["paper", "svt_test", "topic"])
   finally:
     del decode_variants.VARIANTS["svt_test"]
   rows = {(r["variant"], r["epsilon"]): r for r in report["rows"]}
-  assert set(rows) == {("paper", 10.0), ("paper", 3.0), ("svt_test", 10.0), ("svt_test", 3.0)}
+  assert set(rows) == {(v, e) for v in ("paper", "svt_test", "topic") for e in (10.0, 3.0)}
   for (name, eps), row in rows.items():
     assert row["epsilon_spent_closed_form"] == pytest.approx(eps, rel=1e-9)
-    if name == "paper":
+    if name == "topic":
+      # The terms take part of the budget: a smaller c, every token still paid.
+      assert row["epsilon_topic"] > 0 and row["c"] < rows[("paper", eps)]["c"]
+      assert row["tokens_paid_share"] == 1.0
+      assert row["pure_clusters"] == 0 or 0 <= row["topic_fidelity"] <= 1
+    elif name == "paper":
       assert row["tokens_paid_share"] == 1.0 and row["paid_tokens_charged"] == 8
     else:
       assert row["paid_tokens_charged"] == 3

@@ -112,14 +112,21 @@ def _check_count(name: str, value: int, pool: int) -> None:
     raise ValueError(f"{name} must be in [0, {pool}] (the size of its pool), got {value}.")
 
 
-def public_terms() -> list[str]:
-  """Every disease, symptom and treatment name of the tables: the task's public vocabulary
-  (which patient has which disease is the private part)."""
+def public_term_groups() -> dict[str, list[str]]:
+  """The tables' disease, symptom and treatment names, each list without repeats, in table
+  order: the task's public vocabulary (which patient has which disease is the private part)."""
   t = _tables()
-  terms = list(t["diseases"])
-  terms += [s for d in t["diseases"] for s in t["symptoms"].get(d, [])]
-  terms += [t["treatments"][d] for d in t["diseases"] if d in t["treatments"]]
-  return list(dict.fromkeys(terms))
+  groups = {
+      "diseases": list(t["diseases"]),
+      "symptoms": [s for d in t["diseases"] for s in t["symptoms"].get(d, [])],
+      "treatments": [t["treatments"][d] for d in t["diseases"] if d in t["treatments"]],
+  }
+  return {name: list(dict.fromkeys(terms)) for name, terms in groups.items()}
+
+
+def public_terms() -> list[str]:
+  """Every disease, symptom and treatment name of the tables (public_term_groups), once."""
+  return list(dict.fromkeys(t for terms in public_term_groups().values() for t in terms))
 
 
 def load_medical_synth(num_documents: int = DATABASE_POOL, num_validation: int = VALIDATION_POOL,

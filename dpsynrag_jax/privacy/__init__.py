@@ -7,6 +7,7 @@ Neighbouring datasets differ by adding or removing one document. Sensitivities:
   clipped_logit_sum        L_inf c        -> sample_token, (2c/tau)-DP, (c/tau)^2/2-zCDP
   difference_clipped_sum   L_inf c        (the same token cost)
   token gap (in documents) 1              -> svt_above, an eps_test-DP AboveThreshold instance
+  term document counts     1, monotone    -> select_top_terms, eps_topic-DP and BR per term
 PrivateTokenSelector is the token mechanism of the private decode (clip, sum, sample);
 SparseVectorSelector wraps it with free public tokens (a sparse vector test per step).
 """
@@ -46,6 +47,7 @@ from dpsynrag_jax.privacy.mechanisms import gaussian_rho
 from dpsynrag_jax.privacy.mechanisms import sample_threshold
 from dpsynrag_jax.privacy.mechanisms import sample_token
 from dpsynrag_jax.privacy.mechanisms import select_above
+from dpsynrag_jax.privacy.mechanisms import select_top_terms
 from dpsynrag_jax.privacy.mechanisms import threshold_intervals
 from dpsynrag_jax.privacy.mechanisms import threshold_sensitivity
 from dpsynrag_jax.privacy.mechanisms import token_epsilon

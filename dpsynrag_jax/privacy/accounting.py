@@ -9,6 +9,9 @@ Theorem 1 of the paper (zCDP, add/remove one document; each document is in at mo
             + T / 2 * (c / tau)^2 )                T token steps, each an EM of range 2c/tau
   eps = rho + sqrt(4 rho log(1/delta))
 
+With topic terms (synrag.topics, off in the paper) each cluster also pays m * eps_topic^2 / 8
+for its m terms, each an eps_topic-bounded-range exponential mechanism.
+
 Two ways to spend an (epsilon, delta) budget:
   * 'closed_form': the conversion above, as in the paper.
   * 'rdp': the same zCDP events handed to dp_accounting's RdpAccountant, whose RDP -> (eps, delta)
@@ -81,11 +84,15 @@ def token_steps_event(count: int, c: float, tau: float,
 # Closed form.
 
 
-def theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau, svt_share=0.0) -> float:
+def theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau, svt_share=0.0,
+                 topic_count=0, eps_topic=0.0) -> float:
   """Total zCDP rho of one DP-SynRAG run (Theorem 1). T is the tokens paid per cluster: all
-  of them for the paper's method, at most `paid` with the sparse vector test (svt_share)."""
+  of them for the paper's method, at most `paid` with the sparse vector test (svt_share);
+  topic_count terms of eps_topic per cluster when topic terms are on."""
   per_cluster = (costs.exponential_rho(eps_theta) + costs.gaussian_rho(1.0, sigma_mu) +
                  token_steps_rho(T, c, tau, svt_share))
+  if topic_count:
+    per_cluster += costs.topic_terms_rho(topic_count, eps_topic)
   return costs.gaussian_rho(math.sqrt(K), sigma_h) + L * per_cluster
 
 
@@ -109,17 +116,20 @@ def eps_to_zcdp(eps: float, delta: float) -> float:
 # dp_accounting events.
 
 
-def cluster_dp_event(eps_theta, sigma_mu, T, c, tau, svt_share=0.0) -> dp_accounting.DpEvent:
-  """The releases of one cluster: threshold EM, noisy embedding sum, T paid token steps."""
-  return dp_accounting.ComposedDpEvent([
-      costs.exponential_event(eps_theta),
-      costs.gaussian_event(1.0, sigma_mu),    # the embedding sum has sensitivity 1
-      token_steps_event(T, c, tau, svt_share),
-  ])
+def cluster_dp_event(eps_theta, sigma_mu, T, c, tau, svt_share=0.0, topic_count=0,
+                     eps_topic=0.0) -> dp_accounting.DpEvent:
+  """The releases of one cluster: threshold EM, noisy embedding sum, its topic terms if any,
+  T paid token steps."""
+  events = [costs.exponential_event(eps_theta),
+            costs.gaussian_event(1.0, sigma_mu)]    # the embedding sum has sensitivity 1
+  if topic_count:
+    events.append(costs.topic_terms_event(topic_count, eps_topic))
+  events.append(token_steps_event(T, c, tau, svt_share))
+  return dp_accounting.ComposedDpEvent(events)
 
 
-def run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau,
-                 svt_share=0.0) -> dp_accounting.DpEvent:
+def run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau, svt_share=0.0,
+                 topic_count=0, eps_topic=0.0) -> dp_accounting.DpEvent:
   """The DpEvent of a whole run: the histogram, then L clusters' worth of per-cluster releases.
 
   A document sits in at most L clusters and the clusters hold disjoint releases, so a document's
@@ -128,7 +138,8 @@ def run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau,
   return dp_accounting.ComposedDpEvent([
       costs.gaussian_event(math.sqrt(K), sigma_h),
       dp_accounting.SelfComposedDpEvent(
-          cluster_dp_event(eps_theta, sigma_mu, T, c, tau, svt_share), int(L)),
+          cluster_dp_event(eps_theta, sigma_mu, T, c, tau, svt_share, topic_count, eps_topic),
+          int(L)),
   ])
 
 
@@ -183,6 +194,8 @@ class Calibration:
   c: float
   svt_paid: int = 0         # > 0: the sparse vector test, at most this many paid tokens a text
   svt_share: float = 0.0    # the part of a paid token's rho that goes to its test
+  topic_count: int = 0      # > 0: topic terms drawn per cluster (synrag.topics)
+  eps_topic: float = 0.0    # epsilon of each topic term's exponential mechanism
 
   @property
   def paid_tokens(self) -> int:
@@ -211,11 +224,13 @@ class Calibration:
   @property
   def rho_total(self) -> float:
     return theorem1_rho(self.K, self.sigma_h, self.L, self.eps_theta, self.sigma_mu,
-                        self.paid_tokens, self.c, self.tau, self.svt_share)
+                        self.paid_tokens, self.c, self.tau, self.svt_share, self.topic_count,
+                        self.eps_topic)
 
   def dp_event(self) -> dp_accounting.DpEvent:
     return run_dp_event(self.K, self.sigma_h, self.L, self.eps_theta, self.sigma_mu,
-                        self.paid_tokens, self.c, self.tau, self.svt_share)
+                        self.paid_tokens, self.c, self.tau, self.svt_share, self.topic_count,
+                        self.eps_topic)
 
   def eps_closed_form(self) -> float:
     return zcdp_to_eps(self.rho_total, self.delta)
@@ -228,7 +243,8 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
               tau: float = 1.0, rho_hist: float = 0.1, eps_theta: float = 0.4,
               rho_retr: float = 0.009, accountant: str = "closed_form",
               orders: Sequence[float] = DEFAULT_ORDERS, svt_paid: int = 0,
-              svt_share: float = 0.5) -> Calibration:
+              svt_share: float = 0.5, topic_count: int = 0,
+              topic_share: float = 0.0) -> Calibration:
   """Chooses sigma_h, sigma_mu and c so that a run spends exactly (epsilon, delta).
 
   The histogram gets rho_hist (sigma_h = sqrt(K / (2 rho_hist))); each cluster's embedding sum
@@ -243,6 +259,12 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
   svt_paid > 0 calibrates the sparse vector test instead of T private tokens: each text pays
   for at most svt_paid tokens, each with an AboveThreshold instance that takes svt_share of
   the paid token's zCDP (svt_epsilon_test); both accountants read the same events.
+
+  topic_count > 0 draws that many topic terms per cluster (synrag.topics). They take
+  topic_share of what each cluster has left after its threshold and embedding sum, split in the
+  closed form: rho_topics = topic_share * (rho(epsilon, delta) - rho_hist - L * (eps_theta^2 / 8
+  + rho_retr)) / L, so eps_topic = sqrt(8 rho_topics / topic_count); the tokens' c is then
+  calibrated on top of that, under either accountant, like every other fixed part.
 
   Raises ValueError when the fixed parts alone exceed the budget.
   """
@@ -259,15 +281,41 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
   paid = svt_paid or T
   sigma_h = math.sqrt(K / (2.0 * rho_hist))
   sigma_mu = math.sqrt(1.0 / (2.0 * rho_retr))
+  eps_topic = topic_epsilon(epsilon, delta, K=K, L=L, sigma_h=sigma_h, eps_theta=eps_theta,
+                            sigma_mu=sigma_mu, topic_count=topic_count, topic_share=topic_share)
   c = calibrate_c(
       epsilon, delta, accountant=accountant, orders=orders,
       event_of_c=lambda c: run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, paid, c, tau,
-                                        share),
-      rho_of_c=lambda c: theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, paid, c, tau, share),
-      what="The histogram, thresholds and embedding sums")
+                                        share, topic_count, eps_topic),
+      rho_of_c=lambda c: theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, paid, c, tau, share,
+                                      topic_count, eps_topic),
+      what="The histogram, thresholds, embedding sums" +
+           (" and topic terms" if topic_count else ""))
   return Calibration(epsilon=epsilon, delta=delta, accountant=accountant, K=K, L=L, T=T,
                      tau=tau, sigma_h=sigma_h, sigma_mu=sigma_mu, eps_theta=eps_theta, c=c,
-                     svt_paid=svt_paid, svt_share=share)
+                     svt_paid=svt_paid, svt_share=share, topic_count=topic_count,
+                     eps_topic=eps_topic)
+
+
+def topic_epsilon(epsilon: float, delta: float, *, K: int, L: int, sigma_h: float,
+                  eps_theta: float, sigma_mu: float, topic_count: int,
+                  topic_share: float) -> float:
+  """eps_topic of each of a cluster's topic_count terms when they take topic_share of the
+  cluster's rho left after its threshold and embedding sum (0.0 without topic terms)."""
+  if isinstance(topic_count, bool) or int(topic_count) != topic_count or topic_count < 0:
+    raise ValueError(f"topic_count must be an integer >= 0, got {topic_count!r}.")
+  if not topic_count:
+    return 0.0
+  if not 0 < topic_share < 1:
+    raise ValueError(f"topic_share must be in (0, 1) with topic terms, got {topic_share!r}.")
+  fixed = theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, 1, 0.0, 1.0)
+  left = eps_to_zcdp(epsilon, delta) - fixed
+  if left <= 0:
+    raise ValueError(
+        f"The histogram, thresholds and embedding sums alone cost rho = {fixed:.4g}, which is "
+        f"not below the budget's rho = {eps_to_zcdp(epsilon, delta):.4g}: nothing is left "
+        "for topic terms.")
+  return math.sqrt(8.0 * topic_share * left / L / topic_count)
 
 
 def calibrate_c(epsilon: float, delta: float, *, event_of_c, rho_of_c, accountant: str,

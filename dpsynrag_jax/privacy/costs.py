@@ -8,12 +8,15 @@ and the mechanisms' docstrings read these functions; nothing else writes a cost 
   exponential   epsilon                  epsilon^2 / 8             ZCDpEvent (bounded range)
   tokens        count, c, tau            count (c/tau)^2 / 2       count x ZCDpEvent((c/tau)^2/2)
   sparse_vector count, epsilon           count epsilon^2 / 2       count x ZCDpEvent(epsilon^2/2)
+  topic_terms   count, epsilon           count epsilon^2 / 8       count x ZCDpEvent(epsilon^2/8)
 
 The exponential mechanism with an epsilon-DP parameter is bounded range, hence epsilon^2/8-zCDP
 (Cesar & Rogers 2021). A private token is the exponential mechanism over utilities that each
 document moves within [-c, c] (range 2c): epsilon = 2c/tau, rho = (c/tau)^2 / 2. An instance of
 the sparse vector test (AboveThreshold) is epsilon-DP and not bounded range, so it is charged
-the pure-DP conversion epsilon^2 / 2 (Bun & Steinke 2016, Proposition 1.4).
+the pure-DP conversion epsilon^2 / 2 (Bun & Steinke 2016, Proposition 1.4). A cluster's topic
+terms are `count` exponential mechanisms of parameter epsilon (bounded range, peeled one after
+the other: mechanisms.select_top_terms).
 
 Pure Python and dp_accounting only (no JAX), so host-side accounting never imports a device
 library.
@@ -69,6 +72,15 @@ def sparse_vector_event(count: int, epsilon: float) -> dp_accounting.DpEvent:
                                            int(count))
 
 
+def topic_terms_rho(count: int, epsilon: float) -> float:
+  """zCDP cost of `count` terms chosen by epsilon-bounded-range exponential mechanisms."""
+  return count * exponential_rho(epsilon)
+
+
+def topic_terms_event(count: int, epsilon: float) -> dp_accounting.DpEvent:
+  return dp_accounting.SelfComposedDpEvent(exponential_event(epsilon), int(count))
+
+
 # kind -> (parameter names in order, rho(**params), DpEvent(**params)).
 KINDS: dict[str, tuple[tuple[str, ...], Callable[..., float],
                        Callable[..., dp_accounting.DpEvent]]] = {
@@ -76,4 +88,5 @@ KINDS: dict[str, tuple[tuple[str, ...], Callable[..., float],
     "exponential": (("epsilon",), exponential_rho, exponential_event),
     "tokens": (("count", "c", "tau"), tokens_rho, tokens_event),
     "sparse_vector": (("count", "epsilon"), sparse_vector_rho, sparse_vector_event),
+    "topic_terms": (("count", "epsilon"), topic_terms_rho, topic_terms_event),
 }

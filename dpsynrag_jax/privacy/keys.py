@@ -4,7 +4,7 @@
 
   stream       used by                      then folded with
   histogram    DP-SynRAG keyword histogram  -
-  clusters     DP-SynRAG, per cluster r     r, then 0 (re-ranking) / 1 (tokens)
+  clusters     DP-SynRAG, per cluster r     r, then 0 (re-ranking) / 1 (tokens) / 2 (topics)
   dp_synth     DP-Synth, per batch b        b
   dp_rag       DP-RAG, per question q       q, then 0 (retrieval) / 1 (tokens)
   aug_pe       Aug-PE, per voting round     round

@@ -99,7 +99,7 @@ def make_entry(kind: str, params: dict, *, label: str = "", cluster: int | None 
       raise ValueError(f"{kind} parameter {name} must be finite and > 0, got {value!r}.")
     if name == "count":
       if int(value) != value:
-        raise ValueError(f"tokens count must be an integer, got {value!r}.")
+        raise ValueError(f"{kind} count must be an integer, got {value!r}.")
       clean[name] = int(value)
     else:
       clean[name] = float(value)
@@ -228,6 +228,14 @@ class PrivacyLedger:
     default = f"cluster {cluster} token tests" if cluster is not None else "token tests"
     return self.record(make_entry("sparse_vector", {"count": count, "epsilon": epsilon},
                                   label=label or default, cluster=cluster))
+
+  def record_topic_terms(self, cluster: int, count: int, epsilon: float, *,
+                         label: str = "") -> Entry:
+    """A cluster's `count` topic terms, each an epsilon-DP exponential mechanism (the planned
+    count of the config, before the draw)."""
+    return self.record(make_entry("topic_terms", {"count": count, "epsilon": epsilon},
+                                  label=label or f"cluster {cluster} topic terms",
+                                  cluster=cluster))
 
   # Totals.
 

@@ -179,6 +179,39 @@ def sample_token(key: jax.Array, summed_clipped: jax.Array, tau, vocab_mask=None
   return jnp.argmax(logits + gumbel(key, logits.shape), axis=-1)
 
 
+# A cluster's topic terms: exponential mechanisms over a public term list.
+
+
+def select_top_terms(key: jax.Array, counts: jax.Array, epsilon, m: int) -> jax.Array:
+  """m distinct terms, drawn by m peeled exponential mechanisms of utility `counts`.
+
+  counts[j] is the number of the cluster's documents that contain term j. Adding or removing
+  one document moves every count by 0 or 1, all in the same direction (the counts are
+  monotone in the data), so exp(epsilon * count) (no factor 1/2) moves each term's
+  log-probability, before normalising, by an amount within a range of epsilon: the mechanism
+  is epsilon-bounded-range, epsilon-DP and epsilon^2/8-zCDP (Cesar & Rogers 2021), the
+  `exponential` cost. One-shot Gumbel top-m is the same distribution as m exponential
+  mechanisms run one after the other, each without the terms already drawn (Durfee & Rogers
+  2019), so the m terms cost m * epsilon^2 / 8 (`costs.topic_terms_rho`). The utilities are
+  floored TOKEN_UTILITY_SPAN below the top like the tokens' (`floor_utilities`; monotone
+  changes stay monotone), so every term can be drawn whatever the data.
+
+  Args:
+    key: PRNG key.
+    counts: [V] document counts (any numeric dtype), V >= m.
+    epsilon: > 0.
+    m: terms to draw (static).
+
+  Returns:
+    [m] int32 term indices, the most likely first (their order is part of the release).
+  """
+  if counts.shape[-1] < m:
+    raise ValueError(f"Cannot draw {m} distinct terms from {counts.shape[-1]}.")
+  utilities = floor_utilities(jnp.asarray(counts, jnp.float32) * epsilon)
+  _, top = jax.lax.top_k(utilities + gumbel(key, utilities.shape), m)
+  return top.astype(jnp.int32)
+
+
 # The sparse vector test (AboveThreshold, Dwork & Roth 2014, Theorem 3.23) of the free public
 # tokens: queries of sensitivity 1, a threshold noised once per instance, each query noised.
 

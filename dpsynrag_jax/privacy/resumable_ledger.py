@@ -62,5 +62,10 @@ class ResumableLedger:
     self._once("sparse_vector", cluster, "",
                lambda: self.ledger.record_sparse_vector(cluster, count, epsilon))
 
+  def record_topic_terms(self, cluster: int, count: int, epsilon: float) -> None:
+    """A cluster's topic terms (synrag.topics)."""
+    self._once("topic_terms", cluster, "",
+               lambda: self.ledger.record_topic_terms(cluster, count, epsilon))
+
   def save(self) -> None:
     self.ledger.save(self.path)

@@ -7,6 +7,7 @@ Phases (each timed and logged), in `build_synthetic_db` in this order:
   clusters   soft clusters, each document in at most L                     (private)
   embed      unit embeddings of the documents                              (private, cached)
   rerank     per cluster: noisy embedding sum, threshold -> S_r            (ledger)
+  topics     per cluster, with generation.topic_terms: terms from public lists (released, ledger)
   decode     per cluster: T private tokens from S_r's clipped logit sum    (released, ledger)
   filter     self-filter of the synthetic texts                            (post-processing)
   release    synthetic_db.jsonl, index.faiss, privacy_ledger.json
@@ -39,6 +40,7 @@ from dpsynrag_jax.models import dtype_named, load_encoder, load_lm
 from dpsynrag_jax.private_decode import PrivatePredictor, decode_many
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import candidates, clustering, keywords, reranking, self_filter
+from dpsynrag_jax.synrag import topics
 from dpsynrag_jax.synrag import workdir as wd_lib
 from dpsynrag_jax.synrag.vocabulary import english_vocabulary
 
@@ -114,7 +116,14 @@ def calibration_of(config) -> privacy.Calibration:
       tau=config.generation.tau, rho_hist=p.rho_hist, eps_theta=p.eps_theta,
       rho_retr=p.rho_retr, accountant=p.accountant,
       svt_paid=config.generation.get("svt_paid", 0),
-      svt_share=config.generation.get("svt_share", 0.5))
+      svt_share=config.generation.get("svt_share", 0.5),
+      topic_count=topics.total_count(topic_groups(config)),
+      topic_share=p.get("topic_share", 0.5))
+
+
+def topic_groups(config) -> list[topics.TermGroup]:
+  """The config's topic term lists (generation.topic_terms; none in the paper's method)."""
+  return topics.parse_spec(config.generation.get("topic_terms", ""))
 
 
 @dataclasses.dataclass
@@ -198,6 +207,8 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
                                lambda: encoder.embed(documents))
     with timer.phase("rerank"):
       selected = _select_all(build, clusters, embeddings)
+    with timer.phase("topics"):
+      leads = _topic_leads(build, documents, selected)
     if config.runtime.get("stop_after_rerank", False):
       raise PipelineInterrupted("Stopped after the re-ranking (runtime.stop_after_rerank); "
                                 "rerun without it to decode.")
@@ -212,10 +223,13 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
   if not lead:
     selected = [members for _, members in sorted(wd.selected().items())]
     hints = wd_lib.read_json(wd.private_path(PUBLIC_HINTS))
+    leads = wd_lib.read_json(wd.private_path(TOPIC_LEADS))
+  lead_ids = [lm.encode([t])[0] if t else [] for t in leads]
 
   with timer.phase("decode"):
     mine = [r for r in range(len(selected)) if r % procs == proc]
-    generated = _decode_all(build, predictor, documents, selected, mine, hints, timer)
+    generated = _decode_all(build, predictor, documents, selected, mine, hints, lead_ids,
+                            timer)
   distributed.barrier("decoded")
   if not lead:
     return {"process": proc, "clusters": len(mine)}
@@ -226,7 +240,7 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
     raise RuntimeError(f"{len(missing)} clusters were not decoded by any process.")
 
   with timer.phase("filter"):
-    texts = [predictor.text(generated[r]) for r in range(len(selected))]
+    texts = [predictor.text(lead_ids[r] + generated[r]) for r in range(len(selected))]
     prompt = self_filter.filter_prompt(config.self_filter.prompt)
     keep = (self_filter.self_filter(lm, texts, prompt) if config.self_filter.enabled
             else np.ones(len(texts), bool))
@@ -367,6 +381,35 @@ def _charge_tokens(build: _Build, clusters) -> None:
   build.ledger.save()
 
 
+# Each cluster's drawn topic terms as text (its synthetic text's opening), by the lead.
+TOPIC_LEADS = "topic_leads.json"
+
+
+def _topic_leads(build: _Build, documents, selected) -> list[str]:
+  """Per cluster, the opening its text starts with: its topic terms (synrag.topics), or ''.
+
+  Every cluster's draw is charged and the ledger saved before any is drawn; the leads are
+  saved for the other processes and for a resumed run, which redraws the same keyed terms.
+  """
+  groups = topic_groups(build.config)
+  path = build.wd.private_path(TOPIC_LEADS)
+  if not groups:
+    leads = [""] * len(selected)
+  elif os.path.exists(path):
+    leads = wd_lib.read_json(path)
+  else:
+    cal = build.cal
+    for r in range(len(selected)):
+      build.ledger.record_topic_terms(r, cal.topic_count, cal.eps_topic)
+    build.ledger.save()
+    presences = [topics.term_presence(documents, g.terms) for g in groups]
+    leads = [topics.lead_text(topics.draw_topic(topics.topic_key(build.cluster_key(r)), groups,
+                                                presences, selected[r], cal.eps_topic))
+             for r in tqdm.trange(len(selected), desc="topics", unit="cluster")]
+  wd_lib.atomic_write_json(path, leads)
+  return leads
+
+
 # Each cluster's public hint for the public row, written by the lead for every process.
 PUBLIC_HINTS = "public_hints.json"
 PUBLIC_HINT_KINDS = ("", "keyword")
@@ -384,10 +427,12 @@ def _public_hints(config, keywords: list[str]) -> list[str]:
 
 
 def _decode_all(build: _Build, predictor, documents, selected, clusters,
-                hints: list[str], timer: _Timer) -> dict[int, list[int]]:
+                hints: list[str], lead_ids: list[list[int]], timer: _Timer
+                ) -> dict[int, list[int]]:
   """Token ids of the synthetic texts of `clusters` (this process's share), by groups of equal
   shape over the devices; each group persisted as it finishes, with its seconds in the timer's
-  log. hints: per cluster, the public row's hint (_public_hints)."""
+  log. hints: per cluster, the public row's hint (_public_hints); lead_ids: per cluster, the
+  tokens of its topic terms that every row reads first (_topic_leads), not in the output."""
   wd = build.wd
   done = {r: t for r, t in wd.generated(build.process).items() if r in set(clusters)}
   todo = [r for r in clusters if r not in done]
@@ -411,7 +456,8 @@ def _decode_all(build: _Build, predictor, documents, selected, clusters,
   with tqdm.tqdm(total=len(clusters), initial=len(done), desc="private decode",
                  unit="cluster") as bar:
     decode_many(predictor, suffixes, lambda r: jax.random.fold_in(build.cluster_key(r), 1),
-                after_group=persist, progress=bar, hint_of=lambda r: hints[r])
+                after_group=persist, progress=bar, hint_of=lambda r: hints[r],
+                lead_of=lambda r: lead_ids[r])
   return done
 
 

@@ -62,6 +62,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   config.privacy.eps_theta = 0.4
   config.privacy.rho_retr = 0.009
   config.privacy.accountant = "closed_form"   # or "rdp": same (eps, delta), larger c
+  config.privacy.topic_share = 0.5           # read only with generation.topic_terms
   # 'secret': the noise seed is 64 CSPRNG bits kept in the build's private/ side (a release).
   # 'seeded': drawn from the public `seed` (reproducible benchmarks and tests; anyone who knows
   # the seed can subtract the noise, so such a build is not a private release).
@@ -104,6 +105,12 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   config.generation.svt_paid = 0
   config.generation.svt_threshold = 1.0
   config.generation.svt_share = 0.5
+  # Topic terms (issue 18): each cluster first draws terms from public lists by exponential
+  # mechanisms over how many of its documents contain each ('list:count,...', e.g.
+  # 'medical_synth.diseases:1,medical_synth.symptoms:3'), and its text starts with them;
+  # privacy.topic_share is the part of each cluster's budget left after its threshold and
+  # embedding sum that they take. '' is the paper.
+  config.generation.topic_terms = ""
 
   config.self_filter = ml_collections.ConfigDict()
   config.self_filter.enabled = True

@@ -1,0 +1,122 @@
+"""Topic terms: a cluster's subject chosen once, privately, from public term lists; the private
+decode then writes around it (beyond the paper; off by default).
+
+Why: a disease name is 3-5 tokens that the token mechanism must each draw right, at the one
+position where a cluster's notes agree, and at eps <= 5 it does not (BUILD_NOTES, "Beyond the
+paper"). Choosing the name as one exponential mechanism over a public list costs one selection
+instead of those draws.
+
+  spec      "medical_synth.diseases:1,medical_synth.symptoms:3": term lists, and how many terms
+            each cluster draws from each (generation.topic_terms)
+  presence  [N, V] bool: document i contains term j (case-insensitive, whole words), computed
+            from each document alone
+  counts    per cluster, presence[S_r].sum(0): the number of S_r's documents containing each
+            term; adding or removing a document moves every count by 0 or 1 in the same
+            direction (given the released threshold and noisy mean, S_r changes by that
+            document at most), so each draw is an eps_topic-bounded-range exponential mechanism
+            (privacy.select_top_terms)
+  lead      the drawn terms as text, "Disease. Symptom a, symptom b, symptom c.": the start of
+            the cluster's synthetic text, appended to every row's prompt (documents and public
+            row alike) so that the private tokens continue it. Post-processing of the draw.
+
+An empty cluster draws too (all counts 0: uniform), so neither the ledger nor the release says
+which clusters are empty. The terms' order within a group is the draw's (most likely first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Sequence
+
+import jax
+import numpy as np
+
+from dpsynrag_jax import privacy
+
+
+@dataclasses.dataclass(frozen=True)
+class TermGroup:
+  """One public term list and how many of its terms each cluster draws."""
+  source: str
+  terms: tuple[str, ...]
+  count: int
+
+
+def term_list(source: str) -> list[str]:
+  """Terms of `source`: 'medical_synth.<diseases|symptoms|treatments>', or a text file with
+  one term per line. Public: fixed before any document is read."""
+  if source.startswith("medical_synth."):
+    from dpsynrag_jax.data import medical_synth  # pylint: disable=g-import-not-at-top
+    groups = medical_synth.public_term_groups()
+    name = source.split(".", 1)[1]
+    if name not in groups:
+      raise ValueError(f"Unknown Medical Synth term list {source!r}; expected one of "
+                       f"{['medical_synth.' + g for g in groups]}.")
+    return groups[name]
+  if os.path.isfile(source):
+    with open(source, encoding="utf-8") as f:
+      terms = [line.strip() for line in f if line.strip()]
+    return list(dict.fromkeys(terms))
+  raise ValueError(f"Topic term list {source!r} is neither 'medical_synth.<list>' nor a file.")
+
+
+def parse_spec(spec: str) -> list[TermGroup]:
+  """'source:count,source:count' -> its groups ('' -> none). Raises ValueError when a count
+  is not a positive integer or exceeds its list."""
+  groups = []
+  for part in [p.strip() for p in spec.split(",") if p.strip()]:
+    source, sep, count = part.rpartition(":")
+    if not sep or not source or not count.isdigit() or int(count) < 1:
+      raise ValueError(f"generation.topic_terms takes 'list:count,...' with counts >= 1, got "
+                       f"{part!r} in {spec!r}.")
+    terms = tuple(term_list(source))
+    if int(count) > len(terms):
+      raise ValueError(f"{source} holds {len(terms)} terms; cannot draw {count}.")
+    groups.append(TermGroup(source, terms, int(count)))
+  return groups
+
+
+def total_count(groups: Sequence[TermGroup]) -> int:
+  """Terms drawn per cluster (the count the ledger charges)."""
+  return sum(g.count for g in groups)
+
+
+def term_presence(documents: Sequence[str], terms: Sequence[str]) -> np.ndarray:
+  """[N, V] bool: document i contains term j as whole words, ignoring case."""
+  patterns = [(j, t.lower(), re.compile(r"\b" + re.escape(t.lower()) + r"\b"))
+              for j, t in enumerate(terms)]
+  out = np.zeros((len(documents), len(terms)), bool)
+  for i, doc in enumerate(documents):
+    lowered = doc.lower()
+    for j, plain, pattern in patterns:
+      # Each term on its own (overlapping terms, "fever" inside "vague fever", both count);
+      # the substring test first is only a cheap filter.
+      if plain in lowered and pattern.search(lowered):
+        out[i, j] = True
+  return out
+
+
+def topic_key(cluster_key: jax.Array) -> jax.Array:
+  """The topic draws' key of a cluster (its cluster key folded with 2; privacy.keys)."""
+  return jax.random.fold_in(cluster_key, 2)
+
+
+def draw_topic(key: jax.Array, groups: Sequence[TermGroup], presences: Sequence[np.ndarray],
+               members: np.ndarray, epsilon: float) -> list[list[str]]:
+  """Per group, the terms drawn for one cluster. presences[g]: [N, V_g] of group g; members:
+  S_r's document indices (possibly none). Charge the ledger before calling."""
+  out = []
+  for g, (group, presence) in enumerate(zip(groups, presences)):
+    counts = presence[np.asarray(members, np.int64)].sum(axis=0).astype(np.float32)
+    picks = privacy.select_top_terms(jax.random.fold_in(key, g), counts, float(epsilon),
+                                     group.count)
+    out.append([group.terms[int(j)] for j in np.asarray(picks)])
+  return out
+
+
+def lead_text(topic: Sequence[Sequence[str]]) -> str:
+  """The drawn terms as the opening of a synthetic text: groups as sentences, terms of a
+  group separated by commas ([['Snurfles'], ['Fever', 'Cough']] -> 'Snurfles. Fever, Cough.')."""
+  return " ".join(", ".join(terms) + "." for terms in topic if terms)
