@@ -45,6 +45,7 @@ from dpsynrag_jax import digests
 from dpsynrag_jax.data.tasks import Task, load_task
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import pipeline
+from dpsynrag_jax.synrag import topics
 from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments import cli
 from experiments import evaluate
@@ -62,8 +63,7 @@ def cluster_texts(build_dir: str, decode) -> dict[int, str]:
   text opens with them (joined by a space: the release detokenises both at once, which can
   differ in spacing only)."""
   rows = wd_lib.read_jsonl(os.path.join(build_dir, wd_lib.PRIVATE, "generated.jsonl"))
-  leads_path = os.path.join(build_dir, wd_lib.PRIVATE, pipeline.TOPIC_LEADS)
-  leads = wd_lib.read_json(leads_path) if os.path.exists(leads_path) else None
+  leads = topic_leads(build_dir)
   texts = {r["cluster"]: decode(r["tokens"]).strip() for r in rows}
   if leads:
     texts = {r: f"{leads[r]} {t}".strip() for r, t in texts.items()}
@@ -76,6 +76,44 @@ def check_documents(build_dir: str, task: Task) -> None:
   if os.path.exists(digest) and (open(digest, encoding="utf-8").read().strip() !=
                                  digests.sequence_sha256(task.documents)):
     raise ValueError(f"{build_dir} was built from other documents than the task's.")
+
+
+def topic_leads(build_dir: str) -> list[str] | None:
+  """Each cluster's topic-term opening (private: tied to its cluster), or None without terms."""
+  path = os.path.join(build_dir, wd_lib.PRIVATE, pipeline.TOPIC_LEADS)
+  leads = wd_lib.read_json(path) if os.path.exists(path) else None
+  return leads if leads and any(leads) else None
+
+
+def _recall(texts: Sequence[str], task: Task, encoder) -> float:
+  """Context recall of a database holding `texts` (top_k by the task's encoder search)."""
+  index = rag_index.build_index(encoder.embed(list(texts)))
+  _, ids = rag_index.search(index, encoder.embed([q.text for q in task.test]), task.top_k)
+  return _share([any(task.matches(texts[i], q.answers) for i in row if i >= 0)
+                 for row, q in zip(ids, task.test)])
+
+
+def topic_controls(build_dir: str, leads: list[str], task: Task, encoder,
+                   seed: int = 0) -> list[dict]:
+  """Two controls for a build with topic terms (synrag.topics), same questions and search:
+
+    openings only   the database holds each cluster's opening without its tokens: what the
+                    drawn terms alone retrieve
+    chance          one opening per cluster with each list's terms drawn uniformly (the
+                    build's generation.topic_terms, a fixed public seed): the context recall
+                    a database of random names of the same form reaches by luck
+  """
+  spec = wd_lib.read_json(os.path.join(build_dir, wd_lib.CONFIG))["generation"]["topic_terms"]
+  groups = topics.parse_spec(spec)
+  rng = np.random.default_rng(seed)
+  chance = [topics.lead_text([list(rng.choice(g.terms, size=g.count, replace=False))
+                              for g in groups]) for _ in leads]
+  return [
+      {"stage": "context recall, openings only", "value": _recall(leads, task, encoder),
+       "of": "test questions", "detail": "each text cut to its topic terms"},
+      {"stage": "context recall, chance", "value": _recall(chance, task, encoder),
+       "of": "test questions", "detail": f"{len(chance)} uniformly drawn openings"},
+  ]
 
 
 def cluster_majorities(members: dict, doc_answers) -> tuple[dict, dict]:
@@ -155,6 +193,9 @@ def build_funnel(build_dir: str, task: Task, encoder, decode,
        "detail": (f"mean {np.mean([h for h in hits if h]):.2f} right texts per recalled question"
                   if any(hits) else "")},
   ]
+  leads = topic_leads(build_dir)
+  if leads and golds:
+    stages += topic_controls(build_dir, leads, task, encoder)
   if per_question is not None:
     correct = [bool(c) for c in per_question["correct"]]
     given = [c for c, r in zip(correct, recalled) if r]

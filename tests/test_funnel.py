@@ -82,6 +82,30 @@ def test_each_stage_on_a_hand_made_build(tmp_path):
   assert "coverage 75 %" in funnel.headline(out)
 
 
+def test_topic_openings_count_in_the_texts_and_get_their_controls(tmp_path):
+  build = _hand_made_build(tmp_path / "build")
+  terms = tmp_path / "terms.txt"
+  terms.write_text("Alpha\nBeta\nGamma\nDelta\n")
+  wd = wd_lib.Workdir(build)
+  wd_lib.atomic_write_json(wd.path(wd_lib.CONFIG),
+                           {"generation": {"topic_terms": f"{terms}:1"}})
+  wd_lib.atomic_write_json(wd.private_path("topic_leads.json"),
+                           ["Alpha.", "Beta.", "Delta.", "Gamma."])
+  answers = ["Alpha", "Alpha", "Alpha", "Beta", "Beta", "Delta", "Gamma", "Gamma"]
+  task = Task("toy", tuple(f"doc {i}" for i in range(8)), (), (),
+              (TaskQuery("alpha?", ("Alpha",)), TaskQuery("beta?", ("Beta",)),
+               TaskQuery("gamma?", ("Gamma",)), TaskQuery("delta?", ("Delta",))),
+              _contains, None, 1, doc_answers=tuple((a,) for a in answers))
+  out = funnel.build_funnel(build, task, _OneHotEncoder(), lambda ids: "".join(map(chr, ids)))
+  by = {s["stage"]: s for s in out["stages"]}
+  # Cluster 1's text is noise, but its opening names Beta: every pure cluster names its answer.
+  assert by["decode fidelity"]["value"] == 1.0
+  # The openings alone: each question's top-1 is the opening of its own name.
+  assert by["context recall, openings only"]["value"] == 1.0
+  assert 0.0 <= by["context recall, chance"]["value"] <= 1.0
+  assert by["context recall, chance"]["detail"] == "4 uniformly drawn openings"
+
+
 def test_the_app_scores_the_tiny_evaluation_build(tmp_path):
   config = evaluate_config.get_config("tiny")
   out = funnel.run(config, str(tmp_path))
