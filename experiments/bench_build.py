@@ -69,7 +69,7 @@ def peak_rss_gb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def _config_of_build(build_dir: str):
+def config_of_build(build_dir: str):
   import ml_collections  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
   with open(os.path.join(build_dir, wd_lib.CONFIG), encoding="utf-8") as f:
@@ -124,7 +124,7 @@ def load_sample(build_dir: str, num_clusters: int) -> Sample:
   from dpsynrag_jax.models import dtype_named, load_lm  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
 
-  config = _config_of_build(build_dir)
+  config = config_of_build(build_dir)
   selected = wd_lib.Workdir(build_dir).selected()
   if not selected:
     raise ValueError(f"{build_dir} holds no chosen clusters (private/selected.jsonl).")

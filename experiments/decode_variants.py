@@ -15,6 +15,11 @@ re-released) and scores:
                     (variants with topic terms only)
   tokens paid       private tokens over all tokens of the sample's texts (1 without the test)
 
+With --expected_topic, no decode: for every cluster of the build with purity >= 0.5, the exact
+probability that its disease draw names its majority answer (the exponential mechanism's
+softmax over its documents' counts), averaged, for each variant with topic terms and each
+budget: the topic stage's fidelity without sampling noise, over all clusters in seconds.
+
 Only the decode stage is compared (the histogram and re-ranking are the build's), which is what
 issue 18 asks of a sample. Aggregates only; like the funnel this reads private state and is an
 evaluation artifact.
@@ -78,6 +83,8 @@ def define_flags() -> None:
   flags.DEFINE_list("epsilons", ["3", "5", "10"], "Budgets (epsilon at the build's delta).")
   flags.DEFINE_list("variants", ["paper", "svt20"], f"Names of VARIANTS: {sorted(VARIANTS)}.")
   flags.DEFINE_string("json_out", "", "Where to write the report (JSON); a .md table beside.")
+  flags.DEFINE_bool("expected_topic", False, "Exact expected disease-draw fidelity over every "
+                    "pure cluster of the build, for the variants with topic terms; no decode.")
 
 
 def majorities(task, selected: dict, ids) -> dict[int, str]:
@@ -182,6 +189,48 @@ def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
           "variants": {v: VARIANTS[v] for v in variants}, "rows": rows}
 
 
+def expected_topic_fidelity(build_dir: str, epsilons, variants) -> dict:
+  """For each (variant with topic terms, eps): the mean over the build's clusters of purity
+  >= 0.5 of the probability that the first list's draw (the disease) is the cluster's majority
+  answer; exact, from the mechanism's softmax (floored like privacy.select_top_terms)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.data.tasks import load_task  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.privacy import mechanisms  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import topics  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
+  config = bench_build.config_of_build(build_dir)
+  task = load_task("medical", num_documents=config.data.num_documents, num_validation=0,
+                   num_test=0, seed=config.data.split_seed)
+  funnel.check_documents(build_dir, task)
+  members = {r["cluster"]: r["members"] for r in
+             wd_lib.read_jsonl(wd_lib.Workdir(build_dir).private_path("selected.jsonl"))}
+  majority, purity = funnel.cluster_majorities(members, task.document_answers())
+  pure = [r for r in majority if purity[r] >= funnel.PURE]
+  rows, presence = [], {}
+  for name in variants:
+    groups = topics.parse_spec(VARIANTS[name].get("topic_terms", ""))
+    if not groups:
+      continue
+    terms = groups[0].terms
+    if groups[0].source not in presence:
+      presence[groups[0].source] = topics.term_presence(task.documents, terms)
+    counts = {r: presence[groups[0].source][np.asarray(members[r], np.int64)].sum(0)
+              for r in pure}
+    for epsilon in epsilons:
+      cal = pipeline.calibration_of(variant_config(config, epsilon, VARIANTS[name]))
+      hit = []
+      for r in pure:
+        u = cal.eps_topic * counts[r].astype(np.float64)
+        u = np.maximum(u, u.max() - mechanisms.TOKEN_UTILITY_SPAN)
+        hit.append(float(np.exp(u[terms.index(majority[r])] - np.logaddexp.reduce(u))))
+      rows.append({"variant": name, "epsilon": float(epsilon), "epsilon_topic": cal.eps_topic,
+                   "c": cal.c, "expected_topic_fidelity": float(np.mean(hit)) if hit else None})
+      print(json.dumps(rows[-1]), flush=True)
+  return {"build": os.path.abspath(build_dir), "pure_clusters": len(pure),
+          "clusters": len(members), "rows": rows}
+
+
 def markdown(report: dict) -> str:
   lines = [f"Sample: clusters 0-{report['clusters'] - 1} of the build "
            f"(S_r chosen at eps {report['build_epsilon']:g}), {report['pure_clusters']} "
@@ -205,8 +254,15 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if not FLAGS.build_dir:
     raise app.UsageError("Give --build_dir.")
-  report = run(FLAGS.build_dir, FLAGS.clusters, [float(e) for e in FLAGS.epsilons],
-               FLAGS.variants)
+  epsilons = [float(e) for e in FLAGS.epsilons]
+  if FLAGS.expected_topic:
+    report = expected_topic_fidelity(FLAGS.build_dir, epsilons, FLAGS.variants)
+    if FLAGS.json_out:
+      os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
+      with open(FLAGS.json_out, "w", encoding="utf-8") as f:
+        f.write(json.dumps(report, indent=1) + "\n")
+    return
+  report = run(FLAGS.build_dir, FLAGS.clusters, epsilons, FLAGS.variants)
   if FLAGS.json_out:
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
     with open(FLAGS.json_out, "w", encoding="utf-8") as f:

@@ -164,6 +164,12 @@ def _check_decode_variants(workdir, before):
       # Fewer paid tokens per text buy a larger c at the same budget.
       assert row["c"] > rows[("paper", eps)]["c"]
   assert "| svt_test | 3 |" in decode_variants.markdown(report)
+  # The exact expected disease-draw fidelity: a probability, never lower at a larger budget;
+  # variants without topic terms have no row.
+  expected = decode_variants.expected_topic_fidelity(workdir, [3.0, 10.0], ["paper", "topic"])
+  low, high = [r["expected_topic_fidelity"] for r in expected["rows"]]
+  assert [r["variant"] for r in expected["rows"]] == ["topic", "topic"]
+  assert expected["pure_clusters"] == 0 or 0 <= low <= high <= 1
   assert _tree_digest(workdir) == before
 
 
