@@ -182,8 +182,9 @@ def run(config, workdir: str) -> list[dict]:
               **{k: result[k] for k in ("accuracy", "context_recall", "epsilon",
                                         "seconds_build", "seconds_answer")}}
           if with_funnel:
-            row["funnel"] = funnel_lib.build_funnel(method.workdir, task, encoder, lm.decode,
-                                                    result["per_question"])["stages"]
+            row["funnel"] = funnel_lib.build_funnel(
+                method.workdir, task, encoder, lm.decode, result["per_question"],
+                encode=lambda t: lm.encode([t])[0])["stages"]
           history[key] = row
           wd_lib.atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n"
                                                  for r in history.values()))

@@ -170,6 +170,9 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   if per_shape:
     num_clusters = len(wd_lib.Workdir(build_dir).selected())
   loaded = load_sample(build_dir, num_clusters)
+  if pipeline.topic_groups(loaded.config):
+    raise ValueError("bench_build's sample decodes the paper's prompts; a build with topic "
+                     "terms (generation.topic_terms) is timed with --whole only.")
   config, ids, lm = loaded.config, loaded.ids, loaded.lm
   start = time.perf_counter()
   cal = pipeline.calibration_of(config)
@@ -294,14 +297,20 @@ def decode_work(build_dir: str, skip: set) -> dict:
                                   loaded.lm)
   generated = wd_lib.Workdir(build_dir).generated(0)
   ids = [r for r in loaded.ids if r not in skip]
-  suffixes = {r: predictor.suffixes([loaded.documents[i] for i in loaded.selected[r]])
+  leads = wd_lib.read_json(wd_lib.Workdir(build_dir).private_path(pipeline.TOPIC_LEADS)) \
+      if pipeline.topic_groups(loaded.config) else {}
+  lead_ids = {r: loaded.lm.encode([leads[r]])[0] if leads else [] for r in ids}
+  # Every row read its cluster's topic opening after its prompt (pipeline._decode_all).
+  suffixes = {r: [s + lead_ids[r] for s in
+                  predictor.suffixes([loaded.documents[i] for i in loaded.selected[r]])]
               for r in ids}
   real = [r for r in ids if suffixes[r]]
   flops = sum(useful_flops(loaded.lm.config, len(predictor.prefix), suffixes[r],
                            len(generated[r])) for r in real)
   return {"clusters": len(ids), "empty_clusters": len(ids) - len(real),
           "rows_real": sum(len(suffixes[r]) for r in real),
-          "rows_decoded": sum(predictor.shape_of(suffixes[r])[0] for r in real),
+          "rows_decoded": sum(predictor.shape_of(suffixes[r], "", lead_ids[r])[0]
+                              for r in real),
           "row_bucket": private_decode.ROW_BUCKET,
           "tokens_decoded": sum(len(generated[r]) for r in ids), "useful_gflop": flops / 1e9}
 

@@ -118,16 +118,27 @@ def variant_config(config, epsilon: float, overrides: dict):
   return out
 
 
-def topic_leads(vconfig, cal, loaded) -> dict[int, str]:
-  """Each sampled cluster's topic terms as text ('' without them), drawn from fresh keys."""
+# The sample's topic draws: a root of their own, so their keys are not derived from the
+# sample's token keys (whose step s folds s into sample_key_of(r)).
+_TOPIC_SAMPLE_SEED = bench_build.SAMPLE_KEY_SEED + 1
+
+
+def topic_leads(vconfig, cal, loaded, presence_cache: dict) -> dict[int, str]:
+  """Each sampled cluster's topic terms as text ('' without them), drawn from fresh keys.
+  presence_cache: term list source -> its [N, V] presence, filled on first use."""
+  import jax  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import topics  # pylint: disable=g-import-not-at-top
   groups = pipeline.topic_groups(vconfig)
   if not groups:
     return {r: "" for r in loaded.ids}
-  presences = [topics.term_presence(loaded.documents, g.terms) for g in groups]
+  for g in groups:
+    if g.source not in presence_cache:
+      presence_cache[g.source] = topics.term_presence(loaded.documents, g.terms)
+  presences = [presence_cache[g.source] for g in groups]
+  root = jax.random.PRNGKey(_TOPIC_SAMPLE_SEED)
   return {r: topics.lead_text(topics.draw_topic(
-      topics.topic_key(bench_build.sample_key_of(r)), groups, presences, loaded.selected[r],
+      topics.topic_key(jax.random.fold_in(root, r)), groups, presences, loaded.selected[r],
       cal.eps_topic)) for r in loaded.ids}
 
 
@@ -149,7 +160,7 @@ def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
   pure = majorities(task, loaded.selected, loaded.ids)
   keywords = (cluster_keywords(build_dir, config)
               if any(VARIANTS[v].get("public_hint") for v in variants) else None)
-  rows = []
+  rows, presence_cache = [], {}
   for name in variants:
     for epsilon in epsilons:
       vconfig = variant_config(config, epsilon, VARIANTS[name])
@@ -160,7 +171,7 @@ def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
       paid = {}
       start = time.perf_counter()
       hint = VARIANTS[name].get("public_hint", "")
-      leads = topic_leads(vconfig, cal, loaded)
+      leads = topic_leads(vconfig, cal, loaded, presence_cache)
       lead_ids = {r: loaded.lm.encode([t])[0] if t else [] for r, t in leads.items()}
       tokens = private_decode.decode_many(
           predictor, suffixes, bench_build.sample_key_of, paid=paid,
@@ -192,19 +203,20 @@ def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
 def expected_topic_fidelity(build_dir: str, epsilons, variants) -> dict:
   """For each (variant with topic terms, eps): the mean over the build's clusters of purity
   >= 0.5 of the probability that the first list's draw (the disease) is the cluster's majority
-  answer; exact, from the mechanism's softmax (floored like privacy.select_top_terms)."""
+  answer; exact, from the mechanism's softmax (floored like privacy.select_top_terms), over the
+  documents as the build read them (fitted to its prompt budget). A majority answer outside
+  the list counts as a miss (no draw can name it)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.data.tasks import load_task  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.privacy import mechanisms  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import topics  # pylint: disable=g-import-not-at-top
-  from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
-  config = bench_build.config_of_build(build_dir)
+  loaded = bench_build.load_sample(build_dir, 0)
+  config = loaded.config
   task = load_task("medical", num_documents=config.data.num_documents, num_validation=0,
                    num_test=0, seed=config.data.split_seed)
   funnel.check_documents(build_dir, task)
-  members = {r["cluster"]: r["members"] for r in
-             wd_lib.read_jsonl(wd_lib.Workdir(build_dir).private_path("selected.jsonl"))}
+  members = loaded.selected
   majority, purity = funnel.cluster_majorities(members, task.document_answers())
   pure = [r for r in majority if purity[r] >= funnel.PURE]
   rows, presence = [], {}
@@ -214,7 +226,7 @@ def expected_topic_fidelity(build_dir: str, epsilons, variants) -> dict:
       continue
     terms = groups[0].terms
     if groups[0].source not in presence:
-      presence[groups[0].source] = topics.term_presence(task.documents, terms)
+      presence[groups[0].source] = topics.term_presence(loaded.documents, terms)
     counts = {r: presence[groups[0].source][np.asarray(members[r], np.int64)].sum(0)
               for r in pure}
     for epsilon in epsilons:
@@ -223,7 +235,8 @@ def expected_topic_fidelity(build_dir: str, epsilons, variants) -> dict:
       for r in pure:
         u = cal.eps_topic * counts[r].astype(np.float64)
         u = np.maximum(u, u.max() - mechanisms.TOKEN_UTILITY_SPAN)
-        hit.append(float(np.exp(u[terms.index(majority[r])] - np.logaddexp.reduce(u))))
+        hit.append(float(np.exp(u[terms.index(majority[r])] - np.logaddexp.reduce(u)))
+                   if majority[r] in terms else 0.0)
       rows.append({"variant": name, "epsilon": float(epsilon), "epsilon_topic": cal.eps_topic,
                    "c": cal.c, "expected_topic_fidelity": float(np.mean(hit)) if hit else None})
       print(json.dumps(rows[-1]), flush=True)

@@ -92,7 +92,8 @@ def run(workdir: str, num_questions: int, funnel_questions: int,
     print(f"  [{r['keyword']}] {r['text'][:240]}")
 
   scored = funnel.build_funnel(
-      workdir, dataclasses.replace(task, test=task.test[:funnel_questions]), encoder, lm.decode)
+      workdir, dataclasses.replace(task, test=task.test[:funnel_questions]), encoder, lm.decode,
+      encode=lambda t: lm.encode([t])[0])
   print(f"\n== Evaluation, funnel over the first {funnel_questions} test questions: "
         f"{funnel.headline(scored)}")
   print(funnel.markdown(scored, "Funnel").split("\n", 2)[2])

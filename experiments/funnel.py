@@ -57,17 +57,21 @@ def _share(hits: Sequence[bool]) -> float | None:
   return float(np.mean(hits)) if len(hits) else None
 
 
-def cluster_texts(build_dir: str, decode) -> dict[int, str]:
+def cluster_texts(build_dir: str, decode, encode=None) -> dict[int, str]:
   """cluster -> its synthetic text as the pipeline released it (private: ties text to cluster,
   whereas the released database drops the texts the filter removed). With topic terms the
-  text opens with them (joined by a space: the release detokenises both at once, which can
-  differ in spacing only)."""
+  text opens with them: encode (text -> token ids, the build's tokenizer) detokenises them
+  with the tokens as the release does; without it they are joined by a space (which can
+  differ from the release in spacing only)."""
   rows = wd_lib.read_jsonl(os.path.join(build_dir, wd_lib.PRIVATE, "generated.jsonl"))
   leads = topic_leads(build_dir)
-  texts = {r["cluster"]: decode(r["tokens"]).strip() for r in rows}
-  if leads:
-    texts = {r: f"{leads[r]} {t}".strip() for r, t in texts.items()}
-  return texts
+  if not leads:
+    return {r["cluster"]: decode(r["tokens"]).strip() for r in rows}
+  if encode is None:
+    return {r["cluster"]: f"{leads[r['cluster']]} {decode(r['tokens']).strip()}".strip()
+            for r in rows}
+  return {r["cluster"]: decode(list(encode(leads[r["cluster"]])) + list(r["tokens"])).strip()
+          for r in rows}
 
 
 def check_documents(build_dir: str, task: Task) -> None:
@@ -133,7 +137,7 @@ def cluster_majorities(members: dict, doc_answers) -> tuple[dict, dict]:
 
 
 def build_funnel(build_dir: str, task: Task, encoder, decode,
-                 per_question: dict | None = None) -> dict:
+                 per_question: dict | None = None, encode=None) -> dict:
   """The funnel of the build in `build_dir` against `task`'s test questions.
 
   A build planned with runtime.stop_after_rerank (clusters chosen, nothing decoded) gives the
@@ -141,6 +145,7 @@ def build_funnel(build_dir: str, task: Task, encoder, decode,
 
   Args:
     decode: token ids -> text (the build's tokenizer, `LanguageModel.decode`).
+    encode: text -> token ids (the same tokenizer), for topic openings (cluster_texts).
     per_question: the evaluation row's per-question outcomes ("correct", "recalled") for the
       same questions, if answered; the accuracy stages need them.
   """
@@ -150,7 +155,7 @@ def build_funnel(build_dir: str, task: Task, encoder, decode,
   check_documents(build_dir, task)
   members = {r["cluster"]: r["members"]
              for r in wd_lib.read_jsonl(wd.private_path("selected.jsonl"))}
-  texts = cluster_texts(build_dir, decode)
+  texts = cluster_texts(build_dir, decode, encode)
   majority, purity = cluster_majorities(members, task.document_answers())
   sizes = [len(m) for m in members.values() if m]
   golds = [q.answers for q in task.test]
@@ -243,7 +248,8 @@ def run(config, workdir: str) -> list[dict]:
   for row in rows:
     task = evaluation.load_eval_task(config, row["dataset"])
     build_dir = os.path.join(workdir, row["build"])
-    funnel = build_funnel(build_dir, task, encoder, lm.decode, row["per_question"])
+    funnel = build_funnel(build_dir, task, encoder, lm.decode, row["per_question"],
+                          encode=lambda t: lm.encode([t])[0])
     funnel.update({"dataset": row["dataset"], "seed": row["seed"]})
     title = f"Funnel: DP-SynRAG on {row['dataset']}, seed {row['seed']} ({row['build']})"
     for folder in (os.path.join(build_dir, wd_lib.PRIVATE), workdir):
@@ -289,7 +295,8 @@ def of_build(config, build_dir: str, dataset: str = "medical",
   (a .json path; a .md beside it) if given."""
   task = evaluation.load_eval_task(config, dataset)
   lm, encoder = evaluation.load_models(config)
-  funnel = build_funnel(build_dir, task, encoder, lm.decode)
+  funnel = build_funnel(build_dir, task, encoder, lm.decode,
+                        encode=lambda t: lm.encode([t])[0])
   funnel.update({"dataset": dataset, "questions_config": "test, first "
                  f"{len(task.test)}"})
   title = f"Funnel: {build_dir} on {dataset} ({len(task.test)} test questions)"

@@ -76,6 +76,9 @@ def measure(workdir: str, num_clusters: int, rows_per_call: int = 8) -> dict:
   `workdir`; written to its private/sampling_support.json."""
   wd = wd_lib.Workdir(workdir)
   config = ml_collections.ConfigDict(wd_lib.read_json(wd.path(wd_lib.CONFIG)))
+  if pipeline.topic_groups(config):
+    raise ValueError("sampling_support reads the paper's prompts; a build with topic terms "
+                     "(generation.topic_terms) decoded each row after its topic opening.")
   cal = pipeline.calibration_of(config)
   lm = load_lm(config.model.lm, dtype=dtype_named(config.model.dtype))
   documents, where = load_private_documents(config.data)

@@ -49,6 +49,12 @@ NOTES = [
     "documents. float32 rounding of the utilities is not accounted, as in any "
     "floating-point implementation.",
 ]
+# Stated in addition when the ledger holds topic-term entries (public: a config choice).
+TOPIC_NOTE = (
+    "Topic-term draws (kind topic_terms) are Gumbel top-m with the same 64-bit uniforms over "
+    "epsilon x the number of the cluster's documents containing each public term, floored 40 "
+    "nats below the top; one-shot top-m is the same distribution as m exponential mechanisms "
+    "peeled one after the other, each epsilon-bounded-range since the counts are monotone.")
 # Calibrated runs land on the budget up to rounding; do not refuse the last token over 1e-9.
 _BUDGET_SLACK = 1e-9
 
@@ -311,7 +317,8 @@ class PrivacyLedger:
   def to_json(self) -> str:
     return json.dumps({
         "format": FORMAT,
-        "notes": NOTES,
+        "notes": NOTES + ([TOPIC_NOTE] if any(e.kind == "topic_terms" for e in self._entries)
+                          else []),
         "budget": {"epsilon": self.epsilon, "delta": self.delta},
         "accountant": self.accountant,
         "max_clusters_per_document": self.max_clusters_per_document,

@@ -185,8 +185,10 @@ def sample_token(key: jax.Array, summed_clipped: jax.Array, tau, vocab_mask=None
 def select_top_terms(key: jax.Array, counts: jax.Array, epsilon, m: int) -> jax.Array:
   """m distinct terms, drawn by m peeled exponential mechanisms of utility `counts`.
 
-  counts[j] is the number of the cluster's documents that contain term j. Adding or removing
-  one document moves every count by 0 or 1, all in the same direction (the counts are
+  counts[j] is the number of the cluster's documents that contain term j, over a set of
+  documents that adding or removing one document changes by that document at most (S_r given
+  its threshold and noisy mean). Adding or removing it moves every count by 0 or 1, all in the
+  same direction (the counts are
   monotone in the data), so exp(epsilon * count) (no factor 1/2) moves each term's
   log-probability, before normalising, by an amount within a range of epsilon: the mechanism
   is epsilon-bounded-range, epsilon-DP and epsilon^2/8-zCDP (Cesar & Rogers 2021), the

@@ -389,7 +389,9 @@ def _topic_leads(build: _Build, documents, selected) -> list[str]:
   """Per cluster, the opening its text starts with: its topic terms (synrag.topics), or ''.
 
   Every cluster's draw is charged and the ledger saved before any is drawn; the leads are
-  saved for the other processes and for a resumed run, which redraws the same keyed terms.
+  saved for the other processes and for a resumed run, which reads them back (a run cut off
+  between the ledger's save and the leads' write draws them again: same keys, same terms, and
+  the ledger charges each cluster once).
   """
   groups = topic_groups(build.config)
   path = build.wd.private_path(TOPIC_LEADS)
@@ -397,6 +399,9 @@ def _topic_leads(build: _Build, documents, selected) -> list[str]:
     leads = [""] * len(selected)
   elif os.path.exists(path):
     leads = wd_lib.read_json(path)
+    if len(leads) != len(selected):
+      raise wd_lib.WorkdirError(f"{path} holds {len(leads)} topic openings for "
+                                f"{len(selected)} clusters; the work dir is inconsistent.")
   else:
     cal = build.cal
     for r in range(len(selected)):

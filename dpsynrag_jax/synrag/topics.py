@@ -12,9 +12,9 @@ instead of those draws.
             from each document alone
   counts    per cluster, presence[S_r].sum(0): the number of S_r's documents containing each
             term; adding or removing a document moves every count by 0 or 1 in the same
-            direction (given the released threshold and noisy mean, S_r changes by that
-            document at most), so each draw is an eps_topic-bounded-range exponential mechanism
-            (privacy.select_top_terms)
+            direction (given the cluster's threshold and noisy mean, outputs of mechanisms
+            charged before, S_r changes by that document at most), so each draw is an
+            eps_topic-bounded-range exponential mechanism (privacy.select_top_terms)
   lead      the drawn terms as text, "Disease. Symptom a, symptom b, symptom c.": the start of
             the cluster's synthetic text, appended to every row's prompt (documents and public
             row alike) so that the private tokens continue it. Post-processing of the draw.
