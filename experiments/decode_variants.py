@@ -85,6 +85,10 @@ def define_flags() -> None:
   flags.DEFINE_string("json_out", "", "Where to write the report (JSON); a .md table beside.")
   flags.DEFINE_bool("expected_topic", False, "Exact expected disease-draw fidelity over every "
                     "pure cluster of the build, for the variants with topic terms; no decode.")
+  flags.DEFINE_integer("openings_recall", 0, "> 0: context recall, on this many test "
+                       "questions, of a database of every cluster's topic opening alone, for "
+                       "the variants with topic terms (epsilon 0 rows: uniform draws); no "
+                       "decode.")
 
 
 def majorities(task, selected: dict, ids) -> dict[int, str]:
@@ -244,6 +248,54 @@ def expected_topic_fidelity(build_dir: str, epsilons, variants) -> dict:
           "clusters": len(members), "rows": rows}
 
 
+def openings_recall(build_dir: str, epsilons, variants, num_test: int) -> dict:
+  """For each (variant with topic terms, eps): one opening per cluster of the build (every
+  cluster, drawn from fresh keys over its S_r), and the context recall of a database holding
+  those openings alone, on the first num_test test questions. What the topic stage alone
+  retrieves at that budget; a whole build at that eps draws its own clusters (with the same
+  noise scales) and decodes tokens after each opening. The chance row: as many openings of the
+  same form drawn uniformly."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.data.tasks import load_task  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.models import load_encoder  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import topics  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  loaded = bench_build.load_sample(build_dir, 0)
+  config = loaded.config
+  task = load_task("medical", num_documents=config.data.num_documents, num_validation=0,
+                   num_test=num_test, seed=config.data.split_seed)
+  funnel.check_documents(build_dir, task)
+  encoder = load_encoder(config.model.encoder)
+  root = jax.random.PRNGKey(_TOPIC_SAMPLE_SEED)
+  clusters = sorted(loaded.selected)
+  rows, presence = [], {}
+  for name in variants:
+    groups = topics.parse_spec(VARIANTS[name].get("topic_terms", ""))
+    if not groups:
+      continue
+    for g in groups:
+      if g.source not in presence:
+        presence[g.source] = topics.term_presence(loaded.documents, g.terms)
+    for epsilon in epsilons:
+      cal = pipeline.calibration_of(variant_config(config, epsilon, VARIANTS[name]))
+      leads = [topics.lead_text(topics.draw_topic(
+          topics.topic_key(jax.random.fold_in(root, r)), groups,
+          [presence[g.source] for g in groups], loaded.selected[r], cal.eps_topic))
+               for r in clusters]
+      rows.append({"variant": name, "epsilon": float(epsilon), "epsilon_topic": cal.eps_topic,
+                   "openings_recall": funnel.recall_of_texts(leads, task, encoder)})
+      print(json.dumps(rows[-1]), flush=True)
+    rng = np.random.default_rng(0)
+    chance = [topics.lead_text([list(rng.choice(g.terms, size=g.count, replace=False))
+                                for g in groups]) for _ in clusters]
+    rows.append({"variant": name, "epsilon": 0.0, "epsilon_topic": 0.0,
+                 "openings_recall": funnel.recall_of_texts(chance, task, encoder)})
+    print(json.dumps(rows[-1]), flush=True)
+  return {"build": os.path.abspath(build_dir), "clusters": len(clusters),
+          "questions": len(task.test), "rows": rows}
+
+
 def markdown(report: dict) -> str:
   lines = [f"Sample: clusters 0-{report['clusters'] - 1} of the build "
            f"(S_r chosen at eps {report['build_epsilon']:g}), {report['pure_clusters']} "
@@ -268,8 +320,10 @@ def main(argv):
   if not FLAGS.build_dir:
     raise app.UsageError("Give --build_dir.")
   epsilons = [float(e) for e in FLAGS.epsilons]
-  if FLAGS.expected_topic:
-    report = expected_topic_fidelity(FLAGS.build_dir, epsilons, FLAGS.variants)
+  if FLAGS.expected_topic or FLAGS.openings_recall:
+    report = (expected_topic_fidelity(FLAGS.build_dir, epsilons, FLAGS.variants)
+              if FLAGS.expected_topic else
+              openings_recall(FLAGS.build_dir, epsilons, FLAGS.variants, FLAGS.openings_recall))
     if FLAGS.json_out:
       os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
       with open(FLAGS.json_out, "w", encoding="utf-8") as f:

@@ -89,7 +89,7 @@ def topic_leads(build_dir: str) -> list[str] | None:
   return leads if leads and any(leads) else None
 
 
-def _recall(texts: Sequence[str], task: Task, encoder) -> float:
+def recall_of_texts(texts: Sequence[str], task: Task, encoder) -> float:
   """Context recall of a database holding `texts` (top_k by the task's encoder search)."""
   index = rag_index.build_index(encoder.embed(list(texts)))
   _, ids = rag_index.search(index, encoder.embed([q.text for q in task.test]), task.top_k)
@@ -113,9 +113,10 @@ def topic_controls(build_dir: str, leads: list[str], task: Task, encoder,
   chance = [topics.lead_text([list(rng.choice(g.terms, size=g.count, replace=False))
                               for g in groups]) for _ in leads]
   return [
-      {"stage": "context recall, openings only", "value": _recall(leads, task, encoder),
+      {"stage": "context recall, openings only",
+       "value": recall_of_texts(leads, task, encoder),
        "of": "test questions", "detail": "each text cut to its topic terms"},
-      {"stage": "context recall, chance", "value": _recall(chance, task, encoder),
+      {"stage": "context recall, chance", "value": recall_of_texts(chance, task, encoder),
        "of": "test questions", "detail": f"{len(chance)} uniformly drawn openings"},
   ]
 

@@ -136,6 +136,11 @@ def test_bench_build_decodes_a_public_sample_of_a_real_build(tmp_path):
   _check_decode_variants(workdir, before)
 
 
+def selected_of(workdir):
+  from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
+  return wd_lib.Workdir(workdir).selected()
+
+
 def _check_decode_variants(workdir, before):
   """decode_variants on the same tiny build: every (variant, eps) row is calibrated to its own
   budget, the paper's method pays every token, the sparse vector test at most svt_paid per text,
@@ -170,6 +175,12 @@ def _check_decode_variants(workdir, before):
   low, high = [r["expected_topic_fidelity"] for r in expected["rows"]]
   assert [r["variant"] for r in expected["rows"]] == ["topic", "topic"]
   assert expected["pure_clusters"] == 0 or 0 <= low <= high <= 1
+  # Openings alone, every cluster, then the uniform (epsilon 0) row: recalls in [0, 1].
+  recall = decode_variants.openings_recall(workdir, [3.0, 10.0], ["paper", "topic"], num_test=5)
+  assert [(r["variant"], r["epsilon"]) for r in recall["rows"]] == [
+      ("topic", 3.0), ("topic", 10.0), ("topic", 0.0)]
+  assert recall["questions"] == 5 and recall["clusters"] == len(selected_of(workdir))
+  assert all(0.0 <= r["openings_recall"] <= 1.0 for r in recall["rows"])
   assert _tree_digest(workdir) == before
 
 
