@@ -291,6 +291,7 @@ def decode_work(build_dir: str, skip: set) -> dict:
   ones, real rows, rows decoded (padded to the row bucket), tokens decoded, useful GFLOP."""
   from dpsynrag_jax import private_decode  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import topics  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
   loaded = load_sample(build_dir, len(wd_lib.Workdir(build_dir).selected()))
   predictor = pipeline._predictor(loaded.config, pipeline.calibration_of(loaded.config),  # pylint: disable=protected-access
@@ -299,7 +300,7 @@ def decode_work(build_dir: str, skip: set) -> dict:
   ids = [r for r in loaded.ids if r not in skip]
   leads = wd_lib.read_json(wd_lib.Workdir(build_dir).private_path(pipeline.TOPIC_LEADS)) \
       if pipeline.topic_groups(loaded.config) else {}
-  lead_ids = {r: loaded.lm.encode([leads[r]])[0] if leads else [] for r in ids}
+  lead_ids = {r: topics.lead_token_ids(loaded.lm, leads[r]) if leads else [] for r in ids}
   # Every row read its cluster's topic opening after its prompt (pipeline._decode_all).
   suffixes = {r: [s + lead_ids[r] for s in
                   predictor.suffixes([loaded.documents[i] for i in loaded.selected[r]])]

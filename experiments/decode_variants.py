@@ -127,29 +127,37 @@ def variant_config(config, epsilon: float, overrides: dict):
 _TOPIC_SAMPLE_SEED = bench_build.SAMPLE_KEY_SEED + 1
 
 
-def topic_leads(vconfig, cal, loaded, presence_cache: dict) -> dict[int, str]:
-  """Each sampled cluster's topic terms as text ('' without them), drawn from fresh keys.
-  presence_cache: term list source -> its [N, V] presence, filled on first use."""
+def _presences(groups, documents, cache: dict) -> list:
+  """Each group's [N, V] term presence; cache: term list source -> presence, filled once."""
+  from dpsynrag_jax.synrag import topics  # pylint: disable=g-import-not-at-top
+  for g in groups:
+    if g.source not in cache:
+      cache[g.source] = topics.term_presence(documents, g.terms)
+  return [cache[g.source] for g in groups]
+
+
+def topic_leads(vconfig, cal, loaded, presence_cache: dict, ids=None) -> dict[int, str]:
+  """Clusters `ids` (default: the sample's) -> their topic terms as text ('' without them),
+  drawn from fresh keys. presence_cache: as _presences."""
   import jax  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import topics  # pylint: disable=g-import-not-at-top
+  ids = loaded.ids if ids is None else ids
   groups = pipeline.topic_groups(vconfig)
   if not groups:
-    return {r: "" for r in loaded.ids}
-  for g in groups:
-    if g.source not in presence_cache:
-      presence_cache[g.source] = topics.term_presence(loaded.documents, g.terms)
-  presences = [presence_cache[g.source] for g in groups]
+    return {r: "" for r in ids}
+  presences = _presences(groups, loaded.documents, presence_cache)
   root = jax.random.PRNGKey(_TOPIC_SAMPLE_SEED)
   return {r: topics.lead_text(topics.draw_topic(
       topics.topic_key(jax.random.fold_in(root, r)), groups, presences, loaded.selected[r],
-      cal.eps_topic)) for r in loaded.ids}
+      cal.eps_topic)) for r in ids}
 
 
 def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
   from dpsynrag_jax import private_decode  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.data.tasks import load_task  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.synrag import topics  # pylint: disable=g-import-not-at-top
 
   unknown = [v for v in variants if v not in VARIANTS]
   if unknown:
@@ -176,7 +184,7 @@ def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
       start = time.perf_counter()
       hint = VARIANTS[name].get("public_hint", "")
       leads = topic_leads(vconfig, cal, loaded, presence_cache)
-      lead_ids = {r: loaded.lm.encode([t])[0] if t else [] for r, t in leads.items()}
+      lead_ids = {r: topics.lead_token_ids(loaded.lm, t) for r, t in leads.items()}
       tokens = private_decode.decode_many(
           predictor, suffixes, bench_build.sample_key_of, paid=paid,
           hint_of=(lambda r: keywords[r]) if hint == "keyword" else None,
@@ -229,10 +237,8 @@ def expected_topic_fidelity(build_dir: str, epsilons, variants) -> dict:
     if not groups:
       continue
     terms = groups[0].terms
-    if groups[0].source not in presence:
-      presence[groups[0].source] = topics.term_presence(loaded.documents, terms)
-    counts = {r: presence[groups[0].source][np.asarray(members[r], np.int64)].sum(0)
-              for r in pure}
+    first = _presences(groups[:1], loaded.documents, presence)[0]
+    counts = {r: first[np.asarray(members[r], np.int64)].sum(0) for r in pure}
     for epsilon in epsilons:
       cal = pipeline.calibration_of(variant_config(config, epsilon, VARIANTS[name]))
       hit = []
@@ -255,40 +261,31 @@ def openings_recall(build_dir: str, epsilons, variants, num_test: int) -> dict:
   retrieves at that budget; a whole build at that eps draws its own clusters (with the same
   noise scales) and decodes tokens after each opening. The chance row: as many openings of the
   same form drawn uniformly."""
-  import jax  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.data.tasks import load_task  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.models import load_encoder  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import topics  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   loaded = bench_build.load_sample(build_dir, 0)
   config = loaded.config
   task = load_task("medical", num_documents=config.data.num_documents, num_validation=0,
                    num_test=num_test, seed=config.data.split_seed)
   funnel.check_documents(build_dir, task)
   encoder = load_encoder(config.model.encoder)
-  root = jax.random.PRNGKey(_TOPIC_SAMPLE_SEED)
   clusters = sorted(loaded.selected)
   rows, presence = [], {}
   for name in variants:
     groups = topics.parse_spec(VARIANTS[name].get("topic_terms", ""))
     if not groups:
       continue
-    for g in groups:
-      if g.source not in presence:
-        presence[g.source] = topics.term_presence(loaded.documents, g.terms)
     for epsilon in epsilons:
-      cal = pipeline.calibration_of(variant_config(config, epsilon, VARIANTS[name]))
-      leads = [topics.lead_text(topics.draw_topic(
-          topics.topic_key(jax.random.fold_in(root, r)), groups,
-          [presence[g.source] for g in groups], loaded.selected[r], cal.eps_topic))
-               for r in clusters]
+      vconfig = variant_config(config, epsilon, VARIANTS[name])
+      cal = pipeline.calibration_of(vconfig)
+      leads = topic_leads(vconfig, cal, loaded, presence, clusters)
       rows.append({"variant": name, "epsilon": float(epsilon), "epsilon_topic": cal.eps_topic,
-                   "openings_recall": funnel.recall_of_texts(leads, task, encoder)})
+                   "openings_recall": funnel.recall_of_texts([leads[r] for r in clusters],
+                                                             task, encoder)})
       print(json.dumps(rows[-1]), flush=True)
-    rng = np.random.default_rng(0)
-    chance = [topics.lead_text([list(rng.choice(g.terms, size=g.count, replace=False))
-                                for g in groups]) for _ in clusters]
+    chance = topics.uniform_leads(groups, len(clusters))
     rows.append({"variant": name, "epsilon": 0.0, "epsilon_topic": 0.0,
                  "openings_recall": funnel.recall_of_texts(chance, task, encoder)})
     print(json.dumps(rows[-1]), flush=True)
@@ -320,23 +317,23 @@ def main(argv):
   if not FLAGS.build_dir:
     raise app.UsageError("Give --build_dir.")
   epsilons = [float(e) for e in FLAGS.epsilons]
-  if FLAGS.expected_topic or FLAGS.openings_recall:
-    report = (expected_topic_fidelity(FLAGS.build_dir, epsilons, FLAGS.variants)
-              if FLAGS.expected_topic else
-              openings_recall(FLAGS.build_dir, epsilons, FLAGS.variants, FLAGS.openings_recall))
-    if FLAGS.json_out:
-      os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
-      with open(FLAGS.json_out, "w", encoding="utf-8") as f:
-        f.write(json.dumps(report, indent=1) + "\n")
-    return
-  report = run(FLAGS.build_dir, FLAGS.clusters, epsilons, FLAGS.variants)
+  if FLAGS.expected_topic:
+    report, table = expected_topic_fidelity(FLAGS.build_dir, epsilons, FLAGS.variants), None
+  elif FLAGS.openings_recall:
+    report, table = openings_recall(FLAGS.build_dir, epsilons, FLAGS.variants,
+                                    FLAGS.openings_recall), None
+  else:
+    report = run(FLAGS.build_dir, FLAGS.clusters, epsilons, FLAGS.variants)
+    table = markdown(report)
   if FLAGS.json_out:
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
     with open(FLAGS.json_out, "w", encoding="utf-8") as f:
       f.write(json.dumps(report, indent=1) + "\n")
-    with open(os.path.splitext(FLAGS.json_out)[0] + ".md", "w", encoding="utf-8") as f:
-      f.write(markdown(report))
-  print(markdown(report))
+    if table:
+      with open(os.path.splitext(FLAGS.json_out)[0] + ".md", "w", encoding="utf-8") as f:
+        f.write(table)
+  if table:
+    print(table)
 
 
 if __name__ == "__main__":

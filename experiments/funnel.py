@@ -57,14 +57,15 @@ def _share(hits: Sequence[bool]) -> float | None:
   return float(np.mean(hits)) if len(hits) else None
 
 
-def cluster_texts(build_dir: str, decode, encode=None) -> dict[int, str]:
+def cluster_texts(build_dir: str, decode, encode=None,
+                  leads: list[str] | None = None) -> dict[int, str]:
   """cluster -> its synthetic text as the pipeline released it (private: ties text to cluster,
   whereas the released database drops the texts the filter removed). With topic terms the
   text opens with them: encode (text -> token ids, the build's tokenizer) detokenises them
   with the tokens as the release does; without it they are joined by a space (which can
-  differ from the release in spacing only)."""
+  differ from the release in spacing only). leads: topic_leads(build_dir), if already read."""
   rows = wd_lib.read_jsonl(os.path.join(build_dir, wd_lib.PRIVATE, "generated.jsonl"))
-  leads = topic_leads(build_dir)
+  leads = topic_leads(build_dir) if leads is None else leads
   if not leads:
     return {r["cluster"]: decode(r["tokens"]).strip() for r in rows}
   if encode is None:
@@ -108,10 +109,7 @@ def topic_controls(build_dir: str, leads: list[str], task: Task, encoder,
                     a database of random names of the same form reaches by luck
   """
   spec = wd_lib.read_json(os.path.join(build_dir, wd_lib.CONFIG))["generation"]["topic_terms"]
-  groups = topics.parse_spec(spec)
-  rng = np.random.default_rng(seed)
-  chance = [topics.lead_text([list(rng.choice(g.terms, size=g.count, replace=False))
-                              for g in groups]) for _ in leads]
+  chance = topics.uniform_leads(topics.parse_spec(spec), len(leads), seed)
   return [
       {"stage": "context recall, openings only",
        "value": recall_of_texts(leads, task, encoder),
@@ -156,7 +154,8 @@ def build_funnel(build_dir: str, task: Task, encoder, decode,
   check_documents(build_dir, task)
   members = {r["cluster"]: r["members"]
              for r in wd_lib.read_jsonl(wd.private_path("selected.jsonl"))}
-  texts = cluster_texts(build_dir, decode, encode)
+  leads = topic_leads(build_dir)
+  texts = cluster_texts(build_dir, decode, encode, leads or [])
   majority, purity = cluster_majorities(members, task.document_answers())
   sizes = [len(m) for m in members.values() if m]
   golds = [q.answers for q in task.test]
@@ -199,7 +198,6 @@ def build_funnel(build_dir: str, task: Task, encoder, decode,
        "detail": (f"mean {np.mean([h for h in hits if h]):.2f} right texts per recalled question"
                   if any(hits) else "")},
   ]
-  leads = topic_leads(build_dir)
   if leads and golds:
     stages += topic_controls(build_dir, leads, task, encoder)
   if per_question is not None:

@@ -224,7 +224,7 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
     selected = [members for _, members in sorted(wd.selected().items())]
     hints = wd_lib.read_json(wd.private_path(PUBLIC_HINTS))
     leads = wd_lib.read_json(wd.private_path(TOPIC_LEADS))
-  lead_ids = [lm.encode([t])[0] if t else [] for t in leads]
+  lead_ids = [topics.lead_token_ids(lm, t) for t in leads]
 
   with timer.phase("decode"):
     mine = [r for r in range(len(selected)) if r % procs == proc]
@@ -395,13 +395,14 @@ def _topic_leads(build: _Build, documents, selected) -> list[str]:
   """
   groups = topic_groups(build.config)
   path = build.wd.private_path(TOPIC_LEADS)
-  if not groups:
-    leads = [""] * len(selected)
-  elif os.path.exists(path):
+  if groups and os.path.exists(path):
     leads = wd_lib.read_json(path)
     if len(leads) != len(selected):
       raise wd_lib.WorkdirError(f"{path} holds {len(leads)} topic openings for "
                                 f"{len(selected)} clusters; the work dir is inconsistent.")
+    return leads
+  if not groups:
+    leads = [""] * len(selected)
   else:
     cal = build.cal
     for r in range(len(selected)):

@@ -116,6 +116,19 @@ def draw_topic(key: jax.Array, groups: Sequence[TermGroup], presences: Sequence[
   return out
 
 
+def uniform_leads(groups: Sequence[TermGroup], n: int, seed: int = 0) -> list[str]:
+  """n openings of the form `groups` draws, each list's terms uniform (a control: what random
+  names of that form give; seeded, public)."""
+  rng = np.random.default_rng(seed)
+  return [lead_text([list(rng.choice(g.terms, size=g.count, replace=False)) for g in groups])
+          for _ in range(n)]
+
+
+def lead_token_ids(lm, lead: str) -> list[int]:
+  """The token ids every row reads for an opening (none for '')."""
+  return lm.encode([lead])[0] if lead else []
+
+
 def lead_text(topic: Sequence[Sequence[str]]) -> str:
   """The drawn terms as the opening of a synthetic text: groups as sentences, terms of a
   group separated by commas ([['Snurfles'], ['Fever', 'Cough']] -> 'Snurfles. Fever, Cough.')."""
