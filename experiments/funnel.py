@@ -43,6 +43,7 @@ import numpy as np
 from dpsynrag_jax import evaluation
 from dpsynrag_jax import digests
 from dpsynrag_jax.data.tasks import Task, load_task
+from dpsynrag_jax.rag import answer as rag_answer
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import pipeline
 from dpsynrag_jax.synrag import topics
@@ -136,7 +137,7 @@ def cluster_majorities(members: dict, doc_answers) -> tuple[dict, dict]:
 
 
 def build_funnel(build_dir: str, task: Task, encoder, decode,
-                 per_question: dict | None = None, encode=None) -> dict:
+                 per_question: dict | None = None, encode=None, reader=None) -> dict:
   """The funnel of the build in `build_dir` against `task`'s test questions.
 
   A build planned with runtime.stop_after_rerank (clusters chosen, nothing decoded) gives the
@@ -147,6 +148,8 @@ def build_funnel(build_dir: str, task: Task, encoder, decode,
     encode: text -> token ids (the same tokenizer), for topic openings (cluster_texts).
     per_question: the evaluation row's per-question outcomes ("correct", "recalled") for the
       same questions, if answered; the accuracy stages need them.
+    reader: (questions, contexts) -> answers; without per_question, answers the questions
+      over the contexts the funnel retrieved, for the accuracy stages.
   """
   wd = wd_lib.Workdir(build_dir)
   if not os.path.exists(wd.private_path("selected.jsonl")):
@@ -200,6 +203,9 @@ def build_funnel(build_dir: str, task: Task, encoder, decode,
   ]
   if leads and golds:
     stages += topic_controls(build_dir, leads, task, encoder)
+  if per_question is None and reader is not None and golds:
+    answers = reader([q.text for q in task.test], contexts)
+    per_question = {"correct": [task.matches(a, g) for a, g in zip(answers, golds)]}
   if per_question is not None:
     correct = [bool(c) for c in per_question["correct"]]
     given = [c for c, r in zip(correct, recalled) if r]
@@ -287,15 +293,19 @@ def plan(config, workdir: str, num_questions: int) -> dict:
 
 
 def of_build(config, build_dir: str, dataset: str = "medical",
-             out: str = "") -> dict:
+             out: str = "", answer: bool = False) -> dict:
   """The funnel of a finished build made outside an evaluation (build_synthetic_db,
   bench_build --whole) against the evaluation config's test questions: every stage up to
-  context recall (nothing is answered). Written to the build's private/ folder and to `out`
-  (a .json path; a .md beside it) if given."""
+  context recall, and with `answer` the accuracy stages too (the evaluation's reader: its
+  model, reader_prompt and answer_tokens, over the funnel's retrieved texts). Written to the
+  build's private/ folder and to `out` (a .json path; a .md beside it) if given."""
   task = evaluation.load_eval_task(config, dataset)
   lm, encoder = evaluation.load_models(config)
+  prompt = rag_answer.reader_prompt(config.get("reader_prompt", "paper"), task.name)
+  reader = (lambda questions, contexts: rag_answer.answer_questions(
+      lm, questions, contexts, max_new_tokens=config.answer_tokens, prompt=prompt))
   funnel = build_funnel(build_dir, task, encoder, lm.decode,
-                        encode=lambda t: lm.encode([t])[0])
+                        encode=lambda t: lm.encode([t])[0], reader=reader if answer else None)
   funnel.update({"dataset": dataset, "questions_config": "test, first "
                  f"{len(task.test)}"})
   title = f"Funnel: {build_dir} on {dataset} ({len(task.test)} test questions)"
@@ -311,7 +321,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if flags.FLAGS.build_dir:
-    of_build(cli.FLAGS.config, flags.FLAGS.build_dir, out=flags.FLAGS.json_out)
+    of_build(cli.FLAGS.config, flags.FLAGS.build_dir, out=flags.FLAGS.json_out,
+             answer=flags.FLAGS.answer)
   elif flags.FLAGS.plan:
     plan(cli.FLAGS.config, cli.FLAGS.workdir, flags.FLAGS.questions)
   else:
@@ -326,6 +337,8 @@ if __name__ == "__main__":
   flags.DEFINE_string("build_dir", "", "A finished Medical Synth build made outside the "
                       "evaluation: its funnel up to context recall on the evaluation config's "
                       "test questions (--workdir is not used).")
+  flags.DEFINE_bool("answer", False, "With --build_dir: also answer the test questions with "
+                    "the evaluation's reader over the retrieved texts (the accuracy stages).")
   flags.DEFINE_string("json_out", "", "With --build_dir: also write the funnel here (.json, "
                       "and .md beside it).")
   app.run(main)

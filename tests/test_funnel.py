@@ -82,6 +82,29 @@ def test_each_stage_on_a_hand_made_build(tmp_path):
   assert "coverage 75 %" in funnel.headline(out)
 
 
+def test_a_reader_answers_over_the_retrieved_texts_for_the_accuracy_stages(tmp_path):
+  build = _hand_made_build(tmp_path / "build")
+  answers = ["Alpha", "Alpha", "Alpha", "Beta", "Beta", "Delta", "Gamma", "Gamma"]
+  task = Task("toy", tuple(f"doc {i}" for i in range(8)), (), (),
+              (TaskQuery("alpha?", ("Alpha",)), TaskQuery("beta?", ("Beta",)),
+               TaskQuery("gamma?", ("Gamma",)), TaskQuery("delta?", ("Delta",))),
+              _contains, None, 1, doc_answers=tuple((a,) for a in answers))
+  seen = []
+
+  def reader(questions, contexts):   # answers with the last word of its top text
+    seen.append((list(questions), [list(c) for c in contexts]))
+    return [c[0].split()[-1] if c else "" for c in contexts]
+
+  out = funnel.build_funnel(build, task, _OneHotEncoder(), lambda ids: "".join(map(chr, ids)),
+                            reader=reader)
+  by = {s["stage"]: s["value"] for s in out["stages"]}
+  assert seen[0][0] == ["alpha?", "beta?", "gamma?", "delta?"]
+  assert seen[0][1] == [["notes on Alpha"], ["notes on Alpha"], ["about Gamma"],
+                        ["notes on Alpha"]]
+  assert by["accuracy"] == pytest.approx(2 / 4)                  # alpha? and gamma?
+  assert by["accuracy | context recall"] == pytest.approx(1.0)
+
+
 def test_topic_openings_count_in_the_texts_and_get_their_controls(tmp_path):
   build = _hand_made_build(tmp_path / "build")
   terms = tmp_path / "terms.txt"

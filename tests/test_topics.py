@@ -135,9 +135,32 @@ def test_calibration_with_topic_terms_spends_exactly_the_budget():
       plain = privacy.calibrate(eps, 1e-3, accountant=accountant)
       assert cal.c < plain.c and plain.eps_topic == 0.0
   with pytest.raises(ValueError, match="topic_share"):
-    privacy.calibrate(5.0, 1e-3, topic_count=2, topic_share=1.0)
+    privacy.calibrate(5.0, 1e-3, topic_count=2, topic_share=1.5)
   with pytest.raises(ValueError, match="nothing is left"):
     privacy.calibrate(0.5, 1e-3, topic_count=2, topic_share=0.5)
+
+
+def test_openings_only_gives_the_terms_everything_left_and_spends_exactly_the_budget():
+  for accountant in privacy.ACCOUNTANTS:
+    for eps in (3.0, 5.0, 10.0):
+      cal = privacy.calibrate(eps, 1e-3, accountant=accountant, T=0, topic_count=4,
+                              topic_share=1.0)
+      spent = cal.eps_closed_form() if accountant == "closed_form" else cal.eps_rdp()
+      assert spent == pytest.approx(eps, abs=1e-6)
+      assert cal.c == 0.0 and cal.paid_tokens == 0
+      with_tokens = privacy.calibrate(eps, 1e-3, accountant=accountant, T=30, topic_count=4,
+                                      topic_share=0.9)
+      assert cal.eps_topic > with_tokens.eps_topic
+      if accountant == "closed_form":   # everything each cluster has left, exactly
+        fixed = accounting.theorem1_rho(10, cal.sigma_h, 5, 0.4, cal.sigma_mu, 1, 0.0, 1.0)
+        left = (accounting.eps_to_zcdp(eps, 1e-3) - fixed) / 5
+        assert costs.topic_terms_rho(4, cal.eps_topic) == pytest.approx(left)
+  with pytest.raises(ValueError, match="needs generation.topic_terms"):
+    privacy.calibrate(5.0, 1e-3, T=0)
+  with pytest.raises(ValueError, match="set topic_share=1"):
+    privacy.calibrate(5.0, 1e-3, T=0, topic_count=4, topic_share=0.5)
+  with pytest.raises(ValueError, match="leaves nothing for the T tokens"):
+    privacy.calibrate(5.0, 1e-3, T=30, topic_count=4, topic_share=1.0)
 
 
 def test_ledger_entry_costs_count_exponential_mechanisms():
@@ -200,3 +223,23 @@ def test_a_tiny_build_with_topic_terms_charges_them_and_opens_every_text_with_th
   assert all(lead.split(".")[0] in diseases for lead in leads)
   texts = [json.loads(line)["text"] for line in open(wd.path(wd_lib.SYNTHETIC_DB))]
   assert texts and all(any(t.startswith(lead) for lead in leads) for t in texts)
+
+
+@pytest.mark.slow
+def test_an_openings_only_build_releases_the_terms_alone_and_charges_no_token(tmp_path):
+  config = medical_synth.get_config("tiny")
+  config.generation.topic_terms = "medical_synth.diseases:1,medical_synth.symptoms:2"
+  config.generation.T = 0
+  config.privacy.topic_share = 1.0
+  config.privacy.accountant = "rdp"
+  summary = pipeline.build_synthetic_db(config, str(tmp_path))
+  wd = wd_lib.Workdir(str(tmp_path))
+  assert summary["eps_dp_accounting_rdp"] == pytest.approx(config.privacy.epsilon, abs=1e-6)
+  ledger = json.loads(open(wd.path(wd_lib.LEDGER)).read())
+  kinds = [e["kind"] for e in ledger["entries"]]
+  assert "tokens" not in kinds and kinds.count("topic_terms") == config.clustering.R
+  leads = wd_lib.read_json(wd.private_path(pipeline.TOPIC_LEADS))
+  texts = [json.loads(line)["text"] for line in open(wd.path(wd_lib.SYNTHETIC_DB))]
+  assert sorted(texts) == sorted(leads)
+  # The private side reads like any finished build: every cluster with no token after it.
+  assert wd.generated() == {r: [] for r in range(config.clustering.R)}

@@ -270,11 +270,20 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
   """
   _positive("epsilon", epsilon)
   _delta(delta)
-  for name, value in dict(K=K, L=L, T=T, tau=tau, rho_hist=rho_hist, eps_theta=eps_theta,
+  for name, value in dict(K=K, L=L, tau=tau, rho_hist=rho_hist, eps_theta=eps_theta,
                           rho_retr=rho_retr).items():
     _positive(name, value)
   if accountant not in ACCOUNTANTS:
     raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}.")
+  if T == 0:
+    return _calibrate_openings_only(epsilon, delta, K=K, L=L, tau=tau, rho_hist=rho_hist,
+                                    eps_theta=eps_theta, rho_retr=rho_retr,
+                                    accountant=accountant, orders=orders,
+                                    topic_count=topic_count, topic_share=topic_share)
+  _positive("T", T)
+  if topic_share == 1.0:
+    raise ValueError("topic_share=1 leaves nothing for the T tokens; it is for openings-only "
+                     "texts (generation.T=0).")
   if svt_paid < 0 or svt_paid > T:
     raise ValueError(f"svt_paid must be in 0 .. T = {T}, got {svt_paid}.")
   share = _svt_share(svt_share) if svt_paid else 0.0
@@ -297,6 +306,34 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
                      eps_topic=eps_topic)
 
 
+def _calibrate_openings_only(epsilon, delta, *, K, L, tau, rho_hist, eps_theta, rho_retr,
+                             accountant, orders, topic_count, topic_share) -> Calibration:
+  """T = 0: each text is its cluster's topic terms alone, which take everything a cluster has
+  left after its threshold and embedding sum (topic_share must be 1; c = 0, no token is
+  charged). 'closed_form' inverts Theorem 1 exactly; 'rdp' searches eps_topic with
+  dp_accounting's calibrate_dp_mechanism so that its RDP epsilon at delta is `epsilon`."""
+  if not topic_count:
+    raise ValueError("generation.T=0 releases each cluster's topic terms alone; it needs "
+                     "generation.topic_terms.")
+  if topic_share != 1.0:
+    raise ValueError(f"With T=0 no token shares the budget: set topic_share=1 (got "
+                     f"{topic_share!r}).")
+  sigma_h = math.sqrt(K / (2.0 * rho_hist))
+  sigma_mu = math.sqrt(1.0 / (2.0 * rho_retr))
+  eps_topic = topic_epsilon(epsilon, delta, K=K, L=L, sigma_h=sigma_h, eps_theta=eps_theta,
+                            sigma_mu=sigma_mu, topic_count=topic_count, topic_share=1.0)
+  if accountant == "rdp":
+    eps_topic = float(dp_accounting.calibrate_dp_mechanism(
+        lambda: dp_rdp.RdpAccountant(list(orders)),
+        lambda e: run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, 0, 0.0, tau, 0.0,
+                               topic_count, e),
+        epsilon, delta, bracket_interval=dp_accounting.LowerEndpointAndGuess(0.0, eps_topic),
+        tol=1e-12))
+  return Calibration(epsilon=epsilon, delta=delta, accountant=accountant, K=K, L=L, T=0,
+                     tau=tau, sigma_h=sigma_h, sigma_mu=sigma_mu, eps_theta=eps_theta, c=0.0,
+                     topic_count=topic_count, eps_topic=eps_topic)
+
+
 def topic_epsilon(epsilon: float, delta: float, *, K: int, L: int, sigma_h: float,
                   eps_theta: float, sigma_mu: float, topic_count: int,
                   topic_share: float) -> float:
@@ -306,8 +343,8 @@ def topic_epsilon(epsilon: float, delta: float, *, K: int, L: int, sigma_h: floa
     raise ValueError(f"topic_count must be an integer >= 0, got {topic_count!r}.")
   if not topic_count:
     return 0.0
-  if not 0 < topic_share < 1:
-    raise ValueError(f"topic_share must be in (0, 1) with topic terms, got {topic_share!r}.")
+  if not 0 < topic_share <= 1:
+    raise ValueError(f"topic_share must be in (0, 1] with topic terms, got {topic_share!r}.")
   fixed = theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, 1, 0.0, 1.0)
   left = eps_to_zcdp(epsilon, delta) - fixed
   if left <= 0:

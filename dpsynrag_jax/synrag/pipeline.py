@@ -192,7 +192,8 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
     documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
                               config.data.too_long)
     vocab = english_vocabulary(config.keywords.vocabulary_size)
-    predictor = _predictor(config, cal, lm)
+    # generation.T = 0: each text is its topic opening alone; nothing is decoded.
+    predictor = _predictor(config, cal, lm) if cal.T else None
 
   if lead:   # every mechanism up to the re-ranking, on process 0
     with timer.phase("keywords"):
@@ -228,8 +229,8 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
 
   with timer.phase("decode"):
     mine = [r for r in range(len(selected)) if r % procs == proc]
-    generated = _decode_all(build, predictor, documents, selected, mine, hints, lead_ids,
-                            timer)
+    generated = (_decode_all(build, predictor, documents, selected, mine, hints, lead_ids,
+                             timer) if predictor else _openings_only(build, mine))
   distributed.barrier("decoded")
   if not lead:
     return {"process": proc, "clusters": len(mine)}
@@ -240,7 +241,7 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
     raise RuntimeError(f"{len(missing)} clusters were not decoded by any process.")
 
   with timer.phase("filter"):
-    texts = [predictor.text(lead_ids[r] + generated[r]) for r in range(len(selected))]
+    texts = [lm.decode(lead_ids[r] + generated[r]).strip() for r in range(len(selected))]
     prompt = self_filter.filter_prompt(config.self_filter.prompt)
     keep = (self_filter.self_filter(lm, texts, prompt) if config.self_filter.enabled
             else np.ones(len(texts), bool))
@@ -374,6 +375,8 @@ def _charge_tokens(build: _Build, clusters) -> None:
   """Each cluster's planned tokens: T, or with the sparse vector test its at most svt_paid
   paid tokens and their tests (public maxima, never what a text used)."""
   cal = build.cal
+  if not cal.paid_tokens:   # T = 0: openings only, no token is drawn
+    return
   for r in sorted(clusters):
     build.ledger.record_tokens(r, cal.paid_tokens, cal.c, cal.tau)
     if cal.svt_paid:
@@ -465,6 +468,16 @@ def _decode_all(build: _Build, predictor, documents, selected, clusters,
                 after_group=persist, progress=bar, hint_of=lambda r: hints[r],
                 lead_of=lambda r: lead_ids[r])
   return done
+
+
+def _openings_only(build: _Build, clusters) -> dict[int, list[int]]:
+  """T = 0: no token after the opening; recorded like decoded clusters (empty token lists) so
+  that a finished build's private side reads the same to the evaluation tools."""
+  done = build.wd.generated(build.process)
+  outputs = {r: [] for r in clusters if r not in done}
+  if outputs:
+    build.wd.add_generated(build.process, outputs)
+  return {r: [] for r in clusters}
 
 
 def _release(wd: wd_lib.Workdir, records: list[dict], encoder,
