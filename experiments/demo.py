@@ -3,8 +3,9 @@
     python -m experiments.demo --workdir=runs/demo
 
 1. Builds the database with experiments/configs/medical_synth.py:demo (all 8000 notes,
-   SmolLM2-135M, MiniLM, eps = 10) into WORKDIR/build_<config digest>, unless that finished
-   build is there (an interrupted one resumes).
+   SmolLM2-135M, MiniLM, eps = 10; each text opens with its cluster's privately drawn topic
+   terms) into WORKDIR/build_<config digest>, unless that finished build is there (an
+   interrupted one resumes).
 2. Prints the budget spent and a few synthetic texts.
 3. Evaluation: the funnel's headline over the first 50 test questions (coverage, database
    recall, context recall: experiments.funnel), then the first 5 test questions answered by
@@ -90,6 +91,10 @@ def run(workdir: str, num_questions: int, funnel_questions: int,
         "corpus, e.g.:")
   for r in naming[:5]:
     print(f"  [{r['keyword']}] {r['text'][:240]}")
+  if config.generation.get("topic_terms", ""):
+    print("  (every text opens with its cluster's drawn topic terms; a cluster that no note "
+          "reached draws them uniformly and its tokens are noise: which clusters those are is "
+          "not released)")
 
   scored = funnel.build_funnel(
       workdir, dataclasses.replace(task, test=task.test[:funnel_questions]), encoder, lm.decode,

@@ -12,8 +12,8 @@ ARG:
          the 135M model forces it: lexical keywords, no self-filter (BUILD_NOTES, "Deviations");
          hours on a 2-core CPU
   demo   `make demo`: all 8000 notes, 96 clusters of about 40 notes, each note in one (L = 1),
-         settings chosen with the funnel on validation questions (experiments.funnel --plan);
-         about 10 minutes on a 2-core CPU
+         settings chosen with the funnel on validation questions (experiments.funnel --plan),
+         each text opening with its cluster's topic terms; minutes on a 2-core CPU
   quick  the earlier demo: a 2000-note subset, 24 clusters (evaluate.py:cpu builds it)
   tiny   a 2-layer random model on 200 documents: seconds, for tests
 Any field can be overridden on the command line, e.g. --config.privacy.epsilon=3.
@@ -62,7 +62,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   config.privacy.eps_theta = 0.4
   config.privacy.rho_retr = 0.009
   config.privacy.accountant = "closed_form"   # or "rdp": same (eps, delta), larger c
-  config.privacy.topic_share = 0.5           # read only with generation.topic_terms
+  # Read only with generation.topic_terms; 1 with generation.T = 0 (openings-only texts).
+  config.privacy.topic_share = 0.5
   # 'secret': the noise seed is 64 CSPRNG bits kept in the build's private/ side (a release).
   # 'seeded': drawn from the public `seed` (reproducible benchmarks and tests; anyone who knows
   # the seed can subtract the noise, so such a build is not a private release).
@@ -109,7 +110,9 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   # mechanisms over how many of its documents contain each ('list:count,...', e.g.
   # 'medical_synth.diseases:1,medical_synth.symptoms:3'), and its text starts with them;
   # privacy.topic_share is the part of each cluster's budget left after its threshold and
-  # embedding sum that they take. '' is the paper.
+  # embedding sum that they take. '' is the paper. With T = 0 and topic_share = 1 each text is
+  # its terms alone ("Snurfles. Fever, Cough, Sneezing."): nothing is decoded, and the terms
+  # get everything each cluster has left (README, "Topic terms").
   config.generation.topic_terms = ""
 
   config.self_filter = ml_collections.ConfigDict()
@@ -133,15 +136,21 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     # Chosen with the funnel's plan mode on 100 validation questions and the decode fidelity
     # of a first build (BUILD_NOTES, "Demo settings"): on all 8000 notes, 96 clusters of ~40
     # nearest notes with L = 1 reach 85 % coverage (a question's disease is the majority of
-    # some cluster) with ~2000 decoded rows. L = 1 and T = 64 give c/tau = 0.25, so 40
-    # agreeing notes outweigh the vocabulary's noise (k c = 10; the paper's k = 80 and
-    # c = 0.106 give 8.5); with k = 30 no cluster under 25 notes named its disease. The quick
-    # config's 24 clusters cover 43 %.
+    # some cluster) with ~2000 decoded rows. L = 1 gives c/tau = 0.25 (T = 64 alone, or
+    # T = 32 after topic terms that take half of the rest), so 40 agreeing notes outweigh the
+    # vocabulary's noise (k c = 10; the paper's k = 80 and c = 0.106 give 8.5); with k = 30 no
+    # cluster under 25 notes named its disease. The quick config's 24 clusters cover 43 %.
     config.keywords.method = "lexical"
     config.clustering.R = 96
     config.clustering.L = 1
     config.clustering.k = 40
-    config.generation.T = 64
+    # Topic terms (issue 18): each text opens with its cluster's disease and three symptoms,
+    # drawn by exponential mechanisms (eps_topic 1.44 at L = 1), then 32 private tokens at the
+    # same c as the earlier 64 without terms (0.254): the disease no longer has to survive
+    # the token draws (56 % of pure clusters named it with T = 64 and no terms).
+    config.generation.topic_terms = "medical_synth.diseases:1,medical_synth.symptoms:3"
+    config.privacy.topic_share = 0.5
+    config.generation.T = 32
     config.self_filter.enabled = False   # SmolLM2-135M cannot judge YES/NO (see quick)
     # A demonstration that prints the same figures on every machine (README): its noise comes
     # from the public seed, and the demo says that it is therefore not a private release.
