@@ -10,13 +10,17 @@ T times: logits [B, V] -> clip each document row to [-c, c] -> masked sum (+ ome
 row) -> / tau -> sample ONE token -> append it to every row -> decode step. EOS ends the text
 early.
 
-Clusters are independent: a group of D clusters with the same padded shapes runs as one
-shard_map over a 1-D mesh of the local devices, one cluster per device. A cluster's program and
-randomness (its own key) do not depend on which clusters share its group or on D, so the output
-is the same on 1 or 4 devices.
+Clusters are independent: a group of clusters with the same padded shapes runs as one
+shard_map over a 1-D mesh of the local devices, and on each device n clusters of few rows run
+as one batch of n x B rows ("packed", n = pack_size(B)): every weight matmul of a decode step
+then has n x B rows instead of B, which is where small clusters lose most (BUILD_NOTES,
+"Packed clusters"). Each cluster keeps its own rows, its own key and its own token mechanism
+over its own rows, and stops at its own EOS; its rows' arithmetic is the same as alone, so a
+cluster's text does not depend on which clusters share its group or device, nor on D.
 
-Axis letters: G clusters in a group (= devices), B rows (documents, padded), S suffix tokens,
-P shared-prefix tokens, C cache slots, V vocabulary, T private tokens.
+Axis letters: G devices in a group, n clusters packed per device, B rows (documents, padded)
+per cluster, S suffix tokens, P shared-prefix tokens, C cache slots, V vocabulary, T private
+tokens.
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ REPHRASE_PROMPT = ("Rephrase the following document without altering the importa
 # 8 decodes 5 % fewer rows than 16 on paper_cpu (BUILD_NOTES, "Row buckets").
 ROW_BUCKET = 8
 PREFILL_CHUNK = 16  # rows per prefill call
+# Clusters of B rows are packed PACK_ROWS // B to a batch (at least one): a decode step's
+# matmuls run at 78 / 190 / 230 GFLOP/s with 16 / 64 / 128 rows on the 2-core CPU, while a step
+# costs about as much per row above 64 (BUILD_NOTES, "Packed clusters").
+PACK_ROWS = 96
 # Compiled group programs are kept for this many cluster shapes (rows, suffix bucket). Each
 # shape's programs hold ~80 MB of host memory on CPU, and a paper_cpu build visits ~30 shapes
 # once each, in order, so keeping them all (as up to 64 were) held gigabytes for nothing; a
@@ -70,28 +78,77 @@ def _prefill_rows(params, prefix_k, prefix_v, cache, logits, tokens, lengths, ro
           jax.lax.dynamic_update_slice(logits, chunk_logits, (row0, zero)))
 
 
-def _decode_rows(params, cache, logits, doc_mask, public_mask, key, *, cfg, dtype, T, selector,
+def _decode_rows(params, cache, logits, doc_mask, public_mask, keys, *, cfg, dtype, T, selector,
                  eos_ids, pad_id):
-  """T private steps over a prefilled cluster cache [B, P + S + T] -> (tokens [T], count,
-  paid tokens among them, the cache after the last step: returned only so that the donated
-  cache is aliased)."""
+  """T private steps over a prefilled cache of n packed clusters [n * B, P + S + T] (keys
+  [n, 2], one per cluster) -> (tokens [n, T], counts [n], paid tokens among them [n], the cache
+  after the last step: returned only so that the donated cache is aliased)."""
+  n = keys.shape[0]
+  rows = logits.shape[0] // n
+  packed = PackedSelector(selector, n)
   cache = cache.replace(cursor=jnp.asarray(cache.capacity - T, jnp.int32))
   out, count, state = inference.run_decode_loop(
-      params, cfg, dtype, cache, logits, key, (doc_mask, public_mask), max_new_tokens=T,
-      select=selector, eos_ids=eos_ids, pad_id=pad_id, return_state=True)
+      params, cfg, dtype, cache, logits, keys, (doc_mask, public_mask), max_new_tokens=T,
+      select=packed, eos_ids=eos_ids, pad_id=pad_id, return_state=True)
+  first_rows = jnp.arange(n) * rows          # every row of a cluster carries its tokens
+  count = count[first_rows]
   # A sparse-vector selector counts its paid tokens; with any other, every token is paid.
-  paid = state.select_state[1] if isinstance(selector, SparseVectorSelector) else count[0]
-  return out[0], count[0], paid, state.cache  # every row carries the same tokens
+  paid = (jnp.stack([s[1] for s in state.select_state])
+          if isinstance(selector, SparseVectorSelector) else count)
+  return out[first_rows], count, paid, state.cache
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedSelector:
+  """The decode loop's `select` for n clusters packed in one batch: rows i * B .. (i + 1) * B - 1
+  are cluster i's, and `base` (the token mechanism) runs on each cluster's rows alone, with that
+  cluster's key (keys [n, 2]) and state. The n calls are unrolled rather than vmapped, so each
+  is the very computation of an unpacked cluster (a vmapped sum could add in another order)."""
+  base: PrivateTokenSelector | SparseVectorSelector
+  clusters: int
+
+  @property
+  def stateful(self) -> bool:
+    return self.base.stateful
+
+  def _each(self, logits, aux):
+    rows = logits.shape[0] // self.clusters
+    cut = lambda a, i: a[i * rows:(i + 1) * rows]
+    return [(cut(logits, i), tuple(cut(a, i) for a in aux)) for i in range(self.clusters)]
+
+  def fold_in(self, keys, step):
+    return jnp.stack([jax.random.fold_in(keys[i], step) for i in range(self.clusters)])
+
+  def __call__(self, keys, logits, aux):
+    return jnp.concatenate([self.base(keys[i], l, a)
+                            for i, (l, a) in enumerate(self._each(logits, aux))])
+
+  def initial_state(self, keys):
+    return tuple(self.base.initial_state(keys[i]) for i in range(self.clusters))
+
+  def step(self, keys, logits, aux, state):
+    out = [self.base.step(keys[i], l, a, state[i])
+           for i, (l, a) in enumerate(self._each(logits, aux))]
+    return jnp.concatenate([t for t, _ in out]), tuple(s for _, s in out)
+
+  def hold(self, state, new_state, done):
+    """A cluster that has ended keeps its state (an unpacked loop would have stopped): the
+    sparse vector test counts no paid token after the cluster's EOS."""
+    rows = done.shape[0] // self.clusters
+    return tuple(jax.tree.map(lambda old, new, d=done[i * rows]: jnp.where(d, old, new),
+                              state[i], new_state[i]) for i in range(self.clusters))
 
 
 @dataclasses.dataclass(frozen=True)
 class _Static:
-  """Everything about a compiled group program that is not an array. `rows` is part of it
-  so that a program (a jit object, which compiles once per input shape) holds one cluster
-  shape's executables and dropping it frees them."""
+  """Everything about a compiled group program that is not an array. `rows` (per cluster)
+  and `clusters` (packed per device) are part of it so that a program (a jit object, which
+  compiles once per input shape) holds one cluster shape's executables and dropping it frees
+  them."""
   cfg: object
   dtype: object
   rows: int
+  clusters: int
   capacity: int
   T: int
   selector: PrivateTokenSelector | SparseVectorSelector
@@ -120,14 +177,14 @@ def _lead(tree):
 
 @functools.lru_cache(maxsize=PROGRAMS_KEPT)
 def _empty_program(static: _Static):
-  """() -> (cache [G, ...] of static.rows rows and static.capacity slots, logits [G, rows,
-  V]).
+  """() -> (cache [G, ...] of n x static.rows rows and static.capacity slots, logits [G,
+  n x rows, V]) for n = static.clusters.
 
   Where the decode loop unrolls the layers (CPU), the cache is made per layer here, so the
   prefill writes straight into the buffers the loop updates in place: a stacked cache would be
   split into per-layer copies when the loop starts, two copies of the largest buffer of the
   build alive at once (1.4 GB for a 128-row SmolLM2 cluster)."""
-  g, rows = static.mesh.devices.size, static.rows
+  g, rows = static.mesh.devices.size, static.rows * static.clusters
 
   def make():
     cache = kv_cache.init_cache(static.cfg, rows, static.capacity, static.dtype)
@@ -152,7 +209,8 @@ def _prefill_program(static: _Static):
 
 @functools.lru_cache(maxsize=PROGRAMS_KEPT)
 def _decode_program(static: _Static):
-  """Group program of _decode_rows -> (tokens [G, T], counts [G], paid [G], the final cache). The
+  """Group program of _decode_rows -> (tokens [G, n, T], counts [G, n], paid [G, n], the final
+  cache) for n = static.clusters packed per device. The
   cache is donated and returned, so the while loop runs in place on the prefilled buffers
   instead of a copy of them; the caller drops what comes back."""
   def per_device(params, cache, logits, doc_mask, public_mask, keys):
@@ -162,6 +220,11 @@ def _decode_program(static: _Static):
                        eos_ids=static.eos_ids, pad_id=static.pad_id)
     return _lead(out)
   return _sharded(static, per_device, num_split=5, num_same=1, donate=(1,))
+
+
+def pack_size(rows: int) -> int:
+  """Clusters of `rows` padded rows packed per device in one batch."""
+  return max(1, PACK_ROWS // rows)
 
 
 @functools.partial(jax.jit, static_argnames=("selector", "T", "vocab_size"))
@@ -331,22 +394,24 @@ class PrivatePredictor:
       self._public_suffix_tokens[hint] = self.suffixes([hint])[0] or [self.lm.pad_id]
     return self._public_suffix_tokens[hint] + list(lead)
 
-  def _static(self, rows: int, length: int) -> _Static:
-    return _Static(cfg=self.lm.config, dtype=self.lm.dtype, rows=rows,
+  def _static(self, rows: int, length: int, clusters: int = 1) -> _Static:
+    return _Static(cfg=self.lm.config, dtype=self.lm.dtype, rows=rows, clusters=clusters,
                    capacity=len(self.prefix) + length + self.T, T=self.T,
                    selector=self.selector, eos_ids=self.lm.eos_ids, pad_id=self.lm.pad_id,
                    mesh=self.mesh)
 
   def pack_group(self, clusters: Sequence[Sequence[Sequence[int]]], shape: tuple[int, int],
                  hints: Sequence[str] | None = None,
-                 leads: Sequence[Sequence[int]] | None = None):
-    """Host arrays [G, ...] (tokens, lengths, doc_mask, public_mask) of up to num_devices
-    clusters sharing `shape`, filled to G = num_devices with empty clusters (all rows masked).
-    hints: each cluster's public hint for its public row (default: none); leads: each
-    cluster's public opening tokens for its public row (default: none; the document rows
-    carry theirs in `clusters`)."""
-    if not 0 < len(clusters) <= self.num_devices:
-      raise ValueError(f"A group holds 1..{self.num_devices} clusters, got {len(clusters)}.")
+                 leads: Sequence[Sequence[int]] | None = None, pack: int = 1):
+    """Host arrays [G, pack x B, ...] (tokens, lengths, doc_mask, public_mask) of up to
+    num_devices x pack clusters sharing `shape` (B rows each): device g holds clusters
+    g * pack .. (g + 1) * pack - 1, one after another, and the group is filled with empty
+    clusters (all rows masked). hints: each cluster's public hint for its public row (default:
+    none); leads: each cluster's public opening tokens for its public row (default: none; the
+    document rows carry theirs in `clusters`)."""
+    room = self.num_devices * pack
+    if not 0 < len(clusters) <= room:
+      raise ValueError(f"A group holds 1..{room} clusters, got {len(clusters)}.")
     hints = [""] * len(clusters) if hints is None else list(hints)
     leads = [()] * len(clusters) if leads is None else list(leads)
     for name, values in (("hints", hints), ("leads", leads)):
@@ -354,26 +419,32 @@ class PrivatePredictor:
         raise ValueError(f"{len(values)} {name} for {len(clusters)} clusters.")
     packed = [self._pack(c, self._public_suffix(h, lead), *shape)
               for c, h, lead in zip(clusters, hints, leads)]
-    packed += [self._pack([], self._public_suffix(), *shape)] * (self.num_devices - len(packed))
-    return [np.stack(a) for a in zip(*packed)]
+    packed += [self._pack([], self._public_suffix(), *shape)] * (room - len(packed))
+    return [np.stack([np.concatenate(a[g * pack:(g + 1) * pack])
+                      for g in range(self.num_devices)]) for a in zip(*packed)]
 
-  def prefill_group(self, arrays):
-    """Prefills a packed group (pack_group) in chunks of PREFILL_CHUNK rows.
+  def prefill_group(self, arrays, pack: int = 1):
+    """Prefills a group (pack_group, `pack` clusters per device) in chunks of PREFILL_CHUNK
+    rows of one cluster each.
 
     A chunk is padded to the bucket of its own longest row (rows are sorted by length) and a
     chunk with no real row in any cluster is skipped. Compiled programs depend on (rows,
-    suffix bucket) and the chunk's bucket only, so clusters in the same buckets share them.
+    suffix bucket, pack) and the chunk's bucket only, so clusters in the same buckets share
+    them; a packed cluster's chunks are those it has alone.
 
-    Returns device arrays: the cache [G, B, ...] and next-token logits [G, B, V].
+    Returns device arrays: the cache [G, pack x B, ...] and next-token logits [G, pack x B, V].
     """
     tokens, lengths, doc_mask, public_mask = arrays
-    g, rows, length = tokens.shape
-    static = self._static(rows, length)
+    g, all_rows, length = tokens.shape
+    rows = all_rows // pack
+    static = self._static(rows, length, pack)
     split = NamedSharding(self.mesh, PartitionSpec("clusters"))
     cache, logits = _empty_program(static)()
     real = doc_mask | public_mask
-    for row0 in range(0, rows, PREFILL_CHUNK):
-      rows_here = slice(row0, row0 + PREFILL_CHUNK)
+    chunks = [(i * rows + r, i * rows + min(r + PREFILL_CHUNK, rows))
+              for i in range(pack) for r in range(0, rows, PREFILL_CHUNK)]
+    for row0, row_end in chunks:
+      rows_here = slice(row0, row_end)
       if not real[:, rows_here].any():
         continue
       chunk_length = bucket_length(int(lengths[:, rows_here].max()))
@@ -384,30 +455,36 @@ class PrivatePredictor:
                                                *chunk)
     return cache, logits
 
-  def decode_arrays(self, arrays, keys: Sequence[jax.Array]
+  def decode_arrays(self, arrays, keys: Sequence[jax.Array], pack: int = 1
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Prefill and T private steps of a packed group -> (tokens [G, T], counts [G], paid [G]:
-    tokens drawn privately, = counts unless the sparse vector test made some free)."""
-    cache, logits = self.prefill_group(arrays)
-    keys = list(keys) + [jax.random.PRNGKey(0)] * (self.num_devices - len(keys))
+    """Prefill and T private steps of a group (pack_group) -> (tokens [G x pack, T], counts
+    [G x pack], paid [G x pack]: tokens drawn privately, = counts unless the sparse vector test
+    made some free), in pack_group's cluster order."""
+    cache, logits = self.prefill_group(arrays, pack)
+    g = self.num_devices
+    keys = list(keys) + [jax.random.PRNGKey(0)] * (g * pack - len(keys))
     split = NamedSharding(self.mesh, PartitionSpec("clusters"))
     masks = [jax.device_put(a, split) for a in arrays[2:]]
-    tokens, counts, paid, _ = _decode_program(self._static(*arrays[0].shape[1:]))(
-        self._params, cache, logits, *masks, jax.device_put(jnp.stack(keys), split))
-    return np.asarray(tokens), np.asarray(counts), np.asarray(paid)
+    rows, length = arrays[0].shape[1] // pack, arrays[0].shape[2]
+    keys = jnp.stack(keys).reshape(g, pack, -1)
+    tokens, counts, paid, _ = _decode_program(self._static(rows, length, pack))(
+        self._params, cache, logits, *masks, jax.device_put(keys, split))
+    flat = lambda a: np.asarray(a).reshape((g * pack,) + a.shape[2:])
+    return flat(tokens), flat(counts), flat(paid)
 
   def decode_group(self, clusters: Sequence[Sequence[Sequence[int]]], keys: Sequence[jax.Array],
                    shape: tuple[int, int], hints: Sequence[str] | None = None,
                    leads: Sequence[Sequence[int]] | None = None) -> list[list[int]]:
-    """Decodes up to num_devices clusters sharing `shape`; returns token ids per cluster
-    (hints, leads: as pack_group)."""
+    """Decodes clusters sharing `shape`, packed ceil(len / num_devices) per device; returns
+    token ids per cluster (hints, leads: as pack_group)."""
     return self.decode_group_paid(clusters, keys, shape, hints, leads)[0]
 
   def decode_group_paid(self, clusters, keys, shape, hints=None, leads=None
                         ) -> tuple[list[list[int]], list[int]]:
     """decode_group, and how many of each cluster's tokens were drawn privately."""
-    tokens, counts, paid = self.decode_arrays(self.pack_group(clusters, shape, hints, leads),
-                                              keys)
+    pack = -(-len(clusters) // self.num_devices)
+    tokens, counts, paid = self.decode_arrays(
+        self.pack_group(clusters, shape, hints, leads, pack), keys, pack)
     # The group's caches are freed now; without this their pages stay in the allocator's
     # heaps, fragmented across shapes (12.7 GB resident at the end of a paper_cpu build).
     host_memory.release_freed_memory()
@@ -448,7 +525,8 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
                 hint_of: Callable[[int], str] | None = None,
                 lead_of: Callable[[int], Sequence[int]] | None = None
                 ) -> dict[int, list[int]]:
-  """Decodes many clusters, grouped by padded shape and run num_devices at a time.
+  """Decodes many clusters, grouped by padded shape and run num_devices x pack_size(rows) at
+  a time (a shape's last group packs fewer).
 
   Args:
     suffixes: cluster id -> its documents' prompt suffixes (`predictor.suffixes`).
@@ -489,8 +567,8 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
         progress.update(1)
     else:
       by_shape[predictor.shape_of(suffixes[cid], hint_of(cid), lead_of(cid))].append(cid)
-  n = predictor.num_devices
   for shape, ids in sorted(by_shape.items()):
+    n = predictor.num_devices * pack_size(shape[0])
     for start in range(0, len(ids), n):
       group = ids[start:start + n]
       before_group(group)

@@ -46,13 +46,21 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   flags.DEFINE_string("build_dir", "", "Sample mode: a build whose clusters are chosen.")
-  flags.DEFINE_integer("clusters", 60, "Sample mode: decode clusters 0 .. clusters-1.")
+  flags.DEFINE_integer("clusters", 60, "Sample mode: decode this many clusters, from "
+                       "--first_cluster on.")
+  flags.DEFINE_integer("first_cluster", 0, "Sample mode: index of the sample's first cluster.")
   flags.DEFINE_bool("per_shape", False, "Sample mode: instead, decode one cluster of every "
                     "padded shape the build has (its lowest index): every buffer size a whole "
                     "build allocates, for its peak memory, in minutes instead of hours.")
-  flags.DEFINE_bool("warmup", True, "Sample mode: compile every shape on one cluster first.")
+  flags.DEFINE_bool("warmup", True, "Sample mode: compile every program first (one cluster, or one "
+                    "full and one last pack, of each shape).")
   flags.DEFINE_list("row_buckets", [], "Sample mode: decode once per row bucket (e.g. 16,8), "
                     "side by side; empty: the default bucket.")
+  flags.DEFINE_list("pack_rows", [], "Sample mode: decode once per private_decode.PACK_ROWS "
+                    "value (e.g. 1,96: unpacked, then clusters packed to ~96 rows), side by "
+                    "side; empty: the default.")
+  flags.DEFINE_integer("max_rows", 0, "Sample mode: keep only the sample's clusters of at most "
+                       "this many padded rows (0: all), e.g. the small ones packing acts on.")
   flags.DEFINE_bool("decode", True, "Sample mode: decode the sample; --nodecode reports the "
                     "prefill counts only (prefix_tree), in seconds instead of minutes.")
   flags.DEFINE_bool("whole", False, "Whole mode: run build_synthetic_db (--config, --workdir).")
@@ -118,8 +126,9 @@ class Sample:
   seconds: float            # loading
 
 
-def load_sample(build_dir: str, num_clusters: int) -> Sample:
-  """The build's settings, model, documents and chosen clusters 0 .. num_clusters-1."""
+def load_sample(build_dir: str, num_clusters: int, first: int = 0) -> Sample:
+  """The build's settings, model, documents and chosen clusters first .. first +
+  num_clusters - 1."""
   from dpsynrag_jax.data.private_documents import fit_to_budget, load_private_documents  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.models import dtype_named, load_lm  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
@@ -128,9 +137,10 @@ def load_sample(build_dir: str, num_clusters: int) -> Sample:
   selected = wd_lib.Workdir(build_dir).selected()
   if not selected:
     raise ValueError(f"{build_dir} holds no chosen clusters (private/selected.jsonl).")
-  ids = [r for r in range(num_clusters) if r in selected]
+  ids = [r for r in range(first, first + num_clusters) if r in selected]
   if len(ids) < num_clusters:
-    raise ValueError(f"{build_dir} has {len(selected)} clusters; asked for {num_clusters}.")
+    raise ValueError(f"{build_dir} has {len(selected)} clusters; asked for {num_clusters}"
+                     + (f" from cluster {first}." if first else "."))
   start = time.perf_counter()
   lm = load_lm(config.model.lm, dtype=dtype_named(config.model.dtype))
   documents, where = load_private_documents(config.data)
@@ -150,7 +160,8 @@ def sample_key_of(r: int) -> jax.Array:
 
 def sample(build_dir: str, num_clusters: int, warmup: bool = True,
            row_buckets: Sequence[int] = (), decode: bool = True,
-           per_shape: bool = False) -> dict:
+           per_shape: bool = False, pack_rows: Sequence[int] = (), max_rows: int = 0,
+           first_cluster: int = 0) -> dict:
   """Times the private decode of clusters 0 .. num_clusters-1 of the build in `build_dir`.
 
   row_buckets: rows are padded to a multiple of private_decode.ROW_BUCKET; given several
@@ -161,6 +172,10 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   per_shape: the sample is one cluster of each padded shape of the whole build instead (its
   lowest index; num_clusters is ignored), in ascending shape order as a build runs them; the
   report adds the resident size after the sample, to compare with its peak.
+  pack_rows: as row_buckets, for private_decode.PACK_ROWS (1: every cluster alone).
+  max_rows: > 0 keeps the non-empty clusters of at most this many padded rows (at the default
+  row bucket).
+  first_cluster: the sample is clusters first_cluster .. first_cluster + num_clusters - 1.
   """
   from dpsynrag_jax import host_memory  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax import private_decode  # pylint: disable=g-import-not-at-top
@@ -169,7 +184,7 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
 
   if per_shape:
     num_clusters = len(wd_lib.Workdir(build_dir).selected())
-  loaded = load_sample(build_dir, num_clusters)
+  loaded = load_sample(build_dir, num_clusters, 0 if per_shape else first_cluster)
   if pipeline.topic_groups(loaded.config):
     raise ValueError("bench_build's sample decodes the paper's prompts; a build with topic "
                      "terms (generation.topic_terms) is timed with --whole only.")
@@ -186,6 +201,9 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
         first_of_shape.setdefault(predictor.shape_of(suffixes[r]), r)
     ids = [first_of_shape[shape] for shape in sorted(first_of_shape)]
     suffixes = {r: suffixes[r] for r in ids}
+  if max_rows:
+    ids = [r for r in ids if suffixes[r] and predictor.shape_of(suffixes[r])[0] <= max_rows]
+    suffixes = {r: suffixes[r] for r in ids}
   load_seconds = loaded.seconds + time.perf_counter() - start
   key_of = sample_key_of
   cfg = lm.config
@@ -199,19 +217,26 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   peak = bench_generation.matmul_peak()
 
   runs, first_tokens = [], None
-  default_bucket = private_decode.ROW_BUCKET
+  default_bucket, default_pack = private_decode.ROW_BUCKET, private_decode.PACK_ROWS
+  variants = [(int(b), int(p)) for b in list(row_buckets) or [default_bucket]
+              for p in list(pack_rows) or [default_pack]]
   try:
-    for bucket in list(row_buckets) or [default_bucket]:
-      private_decode.ROW_BUCKET = int(bucket)
+    for bucket, pack in variants:
+      private_decode.ROW_BUCKET, private_decode.PACK_ROWS = bucket, pack
       shapes = collections.defaultdict(list)
       for r in ids:
         if suffixes[r] or not predictor.decodes_empty_without_model:
           shapes[predictor.shape_of(suffixes[r])].append(r)
       seconds = {"load": load_seconds}
       if warmup:
+        # Every program the timed decode runs: per shape, a full pack and the last, smaller
+        # pack (decode_many forms exactly these from this many clusters).
         start = time.perf_counter()
-        private_decode.decode_many(predictor, {rs[0]: suffixes[rs[0]] for rs in shapes.values()},
-                                   key_of)
+        warm = {}
+        for shape, rs in shapes.items():
+          n = private_decode.pack_size(shape[0])
+          warm.update({r: suffixes[r] for r in rs[:min(len(rs), n + len(rs) % n)]})
+        private_decode.decode_many(predictor, warm, key_of)
         seconds["warmup"] = time.perf_counter() - start
       start = time.perf_counter()
       tokens = private_decode.decode_many(predictor, suffixes, key_of)
@@ -221,7 +246,7 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
       gflops = flops / seconds["decode"] / 1e9
       first_tokens = first_tokens or tokens
       runs.append({
-          "row_bucket": int(bucket), "shapes": len(shapes),
+          "row_bucket": bucket, "pack_rows": pack, "shapes": len(shapes),
           "rows_decoded": sum(shape[0] * len(rs) for shape, rs in shapes.items()),
           "tokens_decoded": int(sum(len(t) for t in tokens.values())),
           "clusters_differing_from_first": sum(tokens[r] != first_tokens[r] for r in ids),
@@ -229,7 +254,7 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
           "useful_gflop": flops / 1e9, "useful_gflops_per_s": gflops,
           "fraction_of_peak": gflops / peak["peak"]})
   finally:
-    private_decode.ROW_BUCKET = default_bucket
+    private_decode.ROW_BUCKET, private_decode.PACK_ROWS = default_bucket, default_pack
   return {
       **counts, "c_over_tau": cal.c_over_tau, "T": cal.T, "runs": runs,
       "matmul_peak_gflops_per_s": peak["peak"], "peak_rss_gb": peak_rss_gb(),
@@ -335,7 +360,8 @@ def main(argv):
     if not FLAGS.build_dir:
       raise app.UsageError("Give --build_dir (sample mode) or --whole.")
     report = sample(FLAGS.build_dir, FLAGS.clusters, FLAGS.warmup,
-                    [int(b) for b in FLAGS.row_buckets], FLAGS.decode, FLAGS.per_shape)
+                    [int(b) for b in FLAGS.row_buckets], FLAGS.decode, FLAGS.per_shape,
+                    [int(p) for p in FLAGS.pack_rows], FLAGS.max_rows, FLAGS.first_cluster)
   text = json.dumps(report, indent=1)
   print(text)
   if FLAGS.json_out:

@@ -130,9 +130,19 @@ def test_bench_build_decodes_a_public_sample_of_a_real_build(tmp_path):
   assert per_shape["mode"] == "sample_per_shape" and per_shape["empty_clusters"] == 0
   assert per_shape["clusters"] == per_shape["runs"][0]["shapes"] >= 1
   assert per_shape["resident_after_gb"] > 0
+  # Clusters 1-5, alone and packed: the same texts (packing changes no cluster's draws).
+  packs = bench_build.sample(workdir, num_clusters=5, first_cluster=1, warmup=False,
+                             pack_rows=[1, 64], max_rows=64)
+  alone, packed = packs["runs"]
+  assert (alone["pack_rows"], packed["pack_rows"]) == (1, 64)
+  assert 1 <= packs["clusters"] <= 5 and packs["empty_clusters"] == 0
+  assert packed["clusters_differing_from_first"] == 0
+  assert packed["tokens_decoded"] == alone["tokens_decoded"]
   assert _tree_digest(workdir) == before
   with pytest.raises(ValueError, match="asked for 999"):
     bench_build.sample(workdir, num_clusters=999)
+  with pytest.raises(ValueError, match="asked for 6 from cluster 1"):
+    bench_build.sample(workdir, num_clusters=6, first_cluster=1)
   _check_decode_variants(workdir, before)
 
 

@@ -226,3 +226,43 @@ def test_dp_rag_questions_of_any_length_share_compiled_programs(tiny_lm):
                                                              "private_decode": 0}
   with pytest.raises(ValueError, match="shared_until"):
     pp.with_prompt(answer_template("q"), shared_until="Document:x")
+
+
+def _clusters_of_one_shape(pp, count):
+  """`count` clusters of different documents and sizes, all in one padded shape."""
+  names = ["Lena Kroger", "Al", "Bo Kim", "Cy Diaz", "Di Ho", "Ed Li", "Fu Ma"]
+  clusters = [pp.suffixes([NOTE.replace("Lena Kroger", names[(i + j) % len(names)])
+                           for j in range(2 + i % 3)]) for i in range(count)]
+  assert len({pp.shape_of(c) for c in clusters}) == 1
+  return clusters
+
+
+@pytest.mark.parametrize("options", [
+    dict(),                                           # the paper's mechanism
+    dict(min_length=2, omega=0.5),                    # stateful, with a public row
+    dict(svt=dict(threshold=0.5, epsilon_test=1.0, paid=2)),   # sparse vector test
+])
+def test_packed_clusters_draw_what_they_draw_alone(tiny_lm, monkeypatch, options):
+  """Clusters packed several to a batch (pack_size) draw the same tokens, stop at the same
+  EOS and pay the same tokens as each decoded alone with its key: packing changes the batch,
+  not any cluster's arithmetic or randomness. EOS is made likely so that clusters of a pack end
+  at different steps (the ended ones must keep their text and their paid count)."""
+  eos = tuple(range(0, tiny_lm.config.vocab_size, 3))   # a third of the vocabulary ends a text
+  lm = type(tiny_lm)(tiny_lm.config, tiny_lm.params, tiny_lm.tokenizer, tiny_lm.dtype,
+                     eos_ids=eos, source=tiny_lm.source)
+  pp = PrivatePredictor(lm, c=0.5, tau=1.0, T=6, **options)
+  clusters = _clusters_of_one_shape(pp, 7)
+  shape = pp.shape_of(clusters[0])
+  key_of = lambda r: jax.random.fold_in(jax.random.PRNGKey(11), r)
+  alone = [pp.decode_group_paid([c], [key_of(r)], shape) for r, c in enumerate(clusters)]
+  monkeypatch.setattr(private_decode, "PACK_ROWS", 3 * shape[0])   # packs of 3, 3, then 1
+  assert private_decode.pack_size(shape[0]) == 3
+  paid = {}
+  before = inference.TRACE_COUNTS["private_decode"]
+  packed = private_decode.decode_many(pp, dict(enumerate(clusters)), key_of, paid=paid)
+  # Packs of 3 are one new program; the last pack of 1 is the lone clusters' program.
+  assert inference.TRACE_COUNTS["private_decode"] - before == 1
+  assert [packed[r] for r in range(7)] == [tokens[0] for tokens, _ in alone]
+  assert [paid[r] for r in range(7)] == [p[0] for _, p in alone]
+  lengths = {len(packed[r]) for r in range(7)}
+  assert len(lengths) > 1, "the clusters should end at different steps"

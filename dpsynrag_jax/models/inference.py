@@ -117,6 +117,10 @@ def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new
     select: (key, logits [B, V], aux) -> tokens [B]; hashable (a frozen dataclass), static.
       A stateful select (its `stateful` is True) also has initial_state(key) -> state and
       step(key, logits, aux, state) -> (tokens [B], state), which the loop calls instead.
+      Optional hooks of a select that runs several independent groups of rows in one batch
+      (private_decode's packed clusters): fold_in(key, step) -> the step's key (default
+      jax.random.fold_in), and hold(state, new_state, done [B]) -> the state to carry, which
+      keeps a finished group's state while the others go on.
     aux: any pytree select needs (e.g. a row mask); passed through unchanged.
     eos_ids: a row is done once it emits one of these (the EOS itself is kept).
     unrolled: run the steps with unrolled layers (None: unrolled_decode_default()).
@@ -143,11 +147,15 @@ def run_decode_loop(params, cfg, dtype, cache, logits, key, aux=None, *, max_new
 
   stateful = getattr(select, "stateful", False)
 
+  fold_in = getattr(select, "fold_in", jax.random.fold_in)
+
   def body(state: DecodeState):
     # Keyed by step, so a token's randomness does not depend on how the loop is run.
-    step_key = jax.random.fold_in(state.key, state.step)
+    step_key = fold_in(state.key, state.step)
     if stateful:
       token, select_state = select.step(step_key, state.logits, aux, state.select_state)
+      if hasattr(select, "hold"):
+        select_state = select.hold(state.select_state, select_state, state.done)
     else:
       token, select_state = select(step_key, state.logits, aux), state.select_state
     token = jnp.where(state.done, pad_id, token)
