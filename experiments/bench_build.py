@@ -59,10 +59,6 @@ def define_flags() -> None:
   flags.DEFINE_list("pack_rows", [], "Sample mode: decode once per private_decode.PACK_ROWS "
                     "value (e.g. 1,96: unpacked, then clusters packed to ~96 rows), side by "
                     "side; empty: the default.")
-  flags.DEFINE_list("attention_parts", [], "Sample mode: decode once per "
-                    "decoder.DECODE_ATTENTION_PARTS value (e.g. 1,2: the one-token CPU "
-                    "attention as one chain of kernels, then one per core), side by side; empty: "
-                    "the default (one part per core).")
   flags.DEFINE_string("tokens_out", "", "Sample mode: write the first run's decoded token ids "
                       "per cluster here (JSON), to compare two code versions' draws. They are "
                       "drawn from private documents and charged to no ledger: a work dir "
@@ -169,8 +165,7 @@ def sample_key_of(r: int) -> jax.Array:
 def sample(build_dir: str, num_clusters: int, warmup: bool = True,
            row_buckets: Sequence[int] = (), decode: bool = True,
            per_shape: bool = False, pack_rows: Sequence[int] = (), max_rows: int = 0,
-           first_cluster: int = 0, attention_parts: Sequence[int] = (),
-           tokens_out: str = "") -> dict:
+           first_cluster: int = 0, tokens_out: str = "") -> dict:
   """Times the private decode of clusters 0 .. num_clusters-1 of the build in `build_dir`.
 
   row_buckets: rows are padded to a multiple of private_decode.ROW_BUCKET; given several
@@ -182,7 +177,6 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   lowest index; num_clusters is ignored), in ascending shape order as a build runs them; the
   report adds the resident size after the sample, to compare with its peak.
   pack_rows: as row_buckets, for private_decode.PACK_ROWS (1: every cluster alone).
-  attention_parts: as row_buckets, for decoder.DECODE_ATTENTION_PARTS.
   tokens_out: a path for the first run's token ids per cluster (private; see the flag).
   max_rows: > 0 keeps the non-empty clusters of at most this many padded rows (at the default
   row bucket).
@@ -191,7 +185,6 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   from dpsynrag_jax import host_memory  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax import private_decode  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
-  from dpsynrag_jax.models import decoder  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
 
   if per_shape:
@@ -230,14 +223,11 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
 
   runs, first_tokens = [], None
   default_bucket, default_pack = private_decode.ROW_BUCKET, private_decode.PACK_ROWS
-  default_parts = decoder.DECODE_ATTENTION_PARTS
-  variants = [(int(b), int(p), int(a)) for b in list(row_buckets) or [default_bucket]
-              for p in list(pack_rows) or [default_pack]
-              for a in list(attention_parts) or [default_parts]]
+  variants = [(int(b), int(p)) for b in list(row_buckets) or [default_bucket]
+              for p in list(pack_rows) or [default_pack]]
   try:
-    for bucket, pack, parts in variants:
+    for bucket, pack in variants:
       private_decode.ROW_BUCKET, private_decode.PACK_ROWS = bucket, pack
-      decoder.DECODE_ATTENTION_PARTS = parts
       shapes = collections.defaultdict(list)
       for r in ids:
         if suffixes[r] or not predictor.decodes_empty_without_model:
@@ -264,8 +254,7 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
           json.dump({str(r): tokens[r] for r in ids}, f)
       first_tokens = first_tokens or tokens
       runs.append({
-          "row_bucket": bucket, "pack_rows": pack, "attention_parts": parts,
-          "shapes": len(shapes),
+          "row_bucket": bucket, "pack_rows": pack, "shapes": len(shapes),
           "rows_decoded": sum(shape[0] * len(rs) for shape, rs in shapes.items()),
           "tokens_decoded": int(sum(len(t) for t in tokens.values())),
           "clusters_differing_from_first": sum(tokens[r] != first_tokens[r] for r in ids),
@@ -274,7 +263,6 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
           "fraction_of_peak": gflops / peak["peak"]})
   finally:
     private_decode.ROW_BUCKET, private_decode.PACK_ROWS = default_bucket, default_pack
-    decoder.DECODE_ATTENTION_PARTS = default_parts
   return {
       **counts, "c_over_tau": cal.c_over_tau, "T": cal.T, "runs": runs,
       "matmul_peak_gflops_per_s": peak["peak"], "peak_rss_gb": peak_rss_gb(),
@@ -384,7 +372,7 @@ def main(argv):
     report = sample(FLAGS.build_dir, FLAGS.clusters, FLAGS.warmup,
                     [int(b) for b in FLAGS.row_buckets], FLAGS.decode, FLAGS.per_shape,
                     [int(p) for p in FLAGS.pack_rows], FLAGS.max_rows, FLAGS.first_cluster,
-                    [int(a) for a in FLAGS.attention_parts], FLAGS.tokens_out)
+                    FLAGS.tokens_out)
   text = json.dumps(report, indent=1)
   print(text)
   if FLAGS.json_out:

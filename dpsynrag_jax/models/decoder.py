@@ -13,8 +13,6 @@ loops on CPU: the same layers, unrolled, each writing its own cache buffer in pl
 
 from __future__ import annotations
 
-import os
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -23,13 +21,6 @@ from dpsynrag_jax.models import rope
 from dpsynrag_jax.models.config import DecoderConfig
 
 _NEG_INF = -1e30  # finite, so a fully masked row gives a uniform softmax rather than NaN
-# The one-token CPU decode computes attention for this many parts of the rows, each its own
-# chain of elementwise kernels, which the thread pool runs side by side (one elementwise kernel
-# runs on one core): one part per core, at most 8, since each part adds to the compile time
-# (measured on 2 cores: 2 parts 7-15 % faster per step than 1, 4 parts no faster than 2). The
-# parts do not change a row's arithmetic.
-DECODE_ATTENTION_PARTS = min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                             else os.cpu_count() or 1)
 
 
 class RMSNorm(nn.Module):
@@ -56,19 +47,10 @@ def _softcap(x: jax.Array, cap: float) -> jax.Array:
   return jnp.tanh(x / cap) * cap if cap else x
 
 
-def _pairwise_terms(terms: list[jax.Array]) -> jax.Array:
-  """The terms added by halving: the first half plus the second, term by term, until one is
-  left (an odd last term is carried to the next round), so the rounding error grows with log2
-  of their number, not with it."""
-  while len(terms) > 1:
-    half = len(terms) // 2
-    terms = [terms[i] + terms[half + i] for i in range(half)] + terms[2 * half:]
-  return terms[0]
-
-
 def _pairwise_sum(x: jax.Array, axis: int) -> jax.Array:
-  """x summed over `axis` in _pairwise_terms' order, each round one fused elementwise add of
-  the axis' two halves."""
+  """x summed over `axis` by halving: the first half plus the second, until one slice is left
+  (an odd slice is carried to the next round). Each round is one fused elementwise add that XLA
+  spreads over the cores, and the rounding error grows with log2 of the axis, not its length."""
   while x.shape[axis] > 1:
     n = x.shape[axis]
     half = n // 2
@@ -79,35 +61,10 @@ def _pairwise_sum(x: jax.Array, axis: int) -> jax.Array:
 
 
 def _fused_batched_matmul(a: jax.Array, b: jax.Array) -> jax.Array:
-  """a [B, K, M, N] x b [B, K, N, P] -> [B, K, M, P] float32 without a dot (see Attention's
-  one-token decode for why): the elementwise product [B, K, M, N, P] summed pairwise over N."""
+  """a [B, K, M, N] x b [B, K, N, P] -> [B, K, M, P] float32, as one elementwise product summed
+  pairwise over N (see Attention's one-token decode for why not a dot)."""
   f32 = jnp.float32
   return _pairwise_sum(a.astype(f32)[..., None] * b[:, :, None].astype(f32), axis=3)
-
-
-def _blocked_batched_matmul(a: jax.Array, b: jax.Array) -> jax.Array:
-  """_fused_batched_matmul, the same sums in the same order, without materialising the product.
-
-  With N = 2^r * m (m odd), the first r halvings pair slot j + m * t with slot j + m * t', so
-  they are a pairwise sum of the 2^r blocks of m slots: one fused expression that reads b once
-  and writes [B, K, M, m, P]; the m slots left are summed as _pairwise_terms. The product of
-  the whole axis, halved round after round, wrote and read its halves each round: for the
-  values of decode attention (N = C slots, P = H) this is 10-20 % of a decode step
-  (BUILD_NOTES, "Decode attention without the materialised product"). Its expression has
-  2^r + m terms where one term per slot would have N (a compile time of ~40 s instead of ~12
-  for a SmolLM2 decode program at C = 208)."""
-  f32 = jnp.float32
-  a, b = a.astype(f32), b.astype(f32)
-  n = b.shape[2]
-  m = n
-  while m % 2 == 0:
-    m //= 2
-  blocks = [a[:, :, :, t * m:(t + 1) * m, None] * b[:, :, None, t * m:(t + 1) * m]
-            for t in range(n // m)]                                     # [B, K, M, m, P] each
-  summed = _pairwise_terms(blocks)
-  return _pairwise_terms([summed[:, :, :, j] for j in range(m)])
-
-
 
 
 class Attention(nn.Module):
@@ -161,6 +118,19 @@ class Attention(nn.Module):
     qg = q.reshape(b, s, cfg.num_kv_heads, groups, cfg.head_dim).transpose(0, 2, 3, 1, 4)
     qg = (qg * jnp.asarray(cfg.attention_scale, q.dtype)).reshape(
         b, cfg.num_kv_heads, groups * s, cfg.head_dim)                   # [B, K, G*S, H]
+    f32 = jnp.float32
+    if write_at is not None:
+      # One-token decode over per-layer caches (decode_unrolled, CPU): each (b, k) product is a
+      # [G, H] x [H, C] matmul, which XLA:CPU runs as 3 * B tiny single-threaded calls (~8
+      # GFLOP/s). The same sums as one fused elementwise product halved pairwise read the cache
+      # once, on every core: 2.2-4x faster per layer (BUILD_NOTES, "Whole-build benchmark").
+      scores_cache = _fused_batched_matmul(qg, cache_k)                  # [B, K, G*S, C]
+    else:
+      scores_cache = jnp.einsum("bkqh,bkhc->bkqc", qg, cache_k, preferred_element_type=f32)
+    scores_new = jnp.einsum("bkqh,bkht->bkqt", qg, k, preferred_element_type=f32)
+    split = lambda t: t.reshape(b, cfg.num_kv_heads, groups, s, t.shape[-1])
+    scores_cache, scores_new = split(scores_cache), split(scores_new)  # [B, K, G, S, C|S]
+
     # Masks come from positions, never slots: padded and empty slots hold position -1.
     q_pos = positions[:, None, None, :, None]                            # [B, 1, 1, S, 1]
     cache_pos = cache_positions[:, None, None, None, :]                  # [B, 1, 1, 1, C]
@@ -169,38 +139,19 @@ class Attention(nn.Module):
     cache_ok = (cache_pos >= 0) & (cache_pos <= q_pos) & in_window(cache_pos)
     new_ok = (new_pos <= q_pos) & in_window(new_pos)                     # causal in the call
 
-    def attend(rows: slice, scores_product, values_product) -> jax.Array:
-      """Attention of rows `rows` -> [b', K, G*S, H], with the two batched matmuls given."""
-      n = len(range(*rows.indices(b)))
-      split = lambda t: t.reshape(n, cfg.num_kv_heads, groups, s, t.shape[-1])
-      merge = lambda t: t.reshape(n, cfg.num_kv_heads, groups * s, t.shape[-1])
-      f32 = jnp.float32
-      scores_cache = split(scores_product(qg[rows], cache_k[rows]))    # [b', K, G, S, C]
-      scores_new = split(jnp.einsum("bkqh,bkht->bkqt", qg[rows], k[rows],
-                                    preferred_element_type=f32))         # [b', K, G, S, S]
-      cap = cfg.attn_logit_softcap
-      scores = jnp.concatenate([
-          jnp.where(cache_ok[rows], _softcap(scores_cache, cap), _NEG_INF),
-          jnp.where(new_ok[rows], _softcap(scores_new, cap), _NEG_INF)], axis=-1)
-      probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
-      c = cache_v.shape[2]
-      attended = values_product(merge(probs[..., :c]), cache_v[rows]).astype(self.dtype)
-      return attended + jnp.einsum("bkqt,bkth->bkqh", merge(probs[..., c:]), v[rows])
-
-    if write_at is None:
-      out = attend(slice(None),
-                   lambda x, y: jnp.einsum("bkqh,bkhc->bkqc", x, y,
-                                           preferred_element_type=jnp.float32),
-                   lambda x, y: jnp.einsum("bkqc,bkch->bkqh", x, y))
+    cap = cfg.attn_logit_softcap
+    scores = jnp.concatenate([
+        jnp.where(cache_ok, _softcap(scores_cache, cap), _NEG_INF),
+        jnp.where(new_ok, _softcap(scores_new, cap), _NEG_INF)], axis=-1)
+    probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
+    c = cache_v.shape[2]
+    merge = lambda t: t.reshape(b, cfg.num_kv_heads, groups * s, t.shape[-1])
+    if write_at is not None:   # as the scores above: [G, C] x [C, H] per (b, k), fused
+      attended = _fused_batched_matmul(merge(probs[..., :c]), cache_v).astype(self.dtype)
     else:
-      # One-token decode over per-layer caches (decode_unrolled, CPU): each (b, k) product is a
-      # [G, H] x [H, C] matmul, which XLA:CPU runs as 3 * B tiny single-threaded calls (~8
-      # GFLOP/s); _fused_batched_matmul's dot-free sums read the cache once. Each part of the
-      # rows is its own chain of kernels, so that the thread pool runs them side by side (an
-      # elementwise kernel runs on one core): BUILD_NOTES, "Decode attention as one fused tree".
-      edges = [b * i // DECODE_ATTENTION_PARTS for i in range(DECODE_ATTENTION_PARTS + 1)]
-      out = jnp.concatenate([attend(slice(lo, hi), _fused_batched_matmul, _blocked_batched_matmul)
-                             for lo, hi in zip(edges, edges[1:]) if hi > lo])
+      attended = jnp.einsum("bkqc,bkch->bkqh", merge(probs[..., :c]), cache_v)
+    out = (attended +
+           jnp.einsum("bkqt,bkth->bkqh", merge(probs[..., c:]), v))      # [B, K, G*S, H]
     out = out.reshape(b, cfg.num_kv_heads, groups, s, cfg.head_dim).transpose(0, 3, 1, 2, 4)
     out = out.reshape(b, s, cfg.num_heads * cfg.head_dim)
     out = dense(cfg.hidden_size, cfg.o_bias, "o_proj")(out)
