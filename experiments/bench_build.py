@@ -14,6 +14,11 @@ scratch (or resumes) in --workdir and reports its phases. Progress mode (--progr
 --workdir=...) builds nothing: it reports a build as it stands (finished, running or cut off)
 from its phase log, summed over every run that worked on it.
 
+Sample mode can also plan the build itself (--config and --workdir instead of --build_dir:
+clusters chosen with the encoder, nothing decoded) and decode the sample with another model
+(--model, --dtype): launch/device_bench.sh times the paper's cluster shapes on a
+Llama-3.1-8B-shaped random model that way, where a whole build would take hours.
+
 Both report, in one run: wall seconds per phase (sample mode: compile warm-up and decode),
 useful GFLOP/s (only real document rows and the tokens actually decoded: experiments.
 bench_generation.nominal_flops per cluster at its decoded length), the fraction of this
@@ -67,12 +72,22 @@ def define_flags() -> None:
                        "this many padded rows (0: all), e.g. the small ones packing acts on.")
   flags.DEFINE_bool("decode", True, "Sample mode: decode the sample; --nodecode reports the "
                     "prefill counts only (prefix_tree), in seconds instead of minutes.")
+  flags.DEFINE_string("model", "", "Sample mode: decode with this model instead of the build's "
+                      "(a preset, a path, or random:SHAPE of bench_generation.RANDOM_SHAPES, "
+                      "e.g. random:llama-3.1-8b on an accelerator); the documents are fitted "
+                      "to its tokenizer. Empty: the build's model.")
+  flags.DEFINE_string("dtype", "", "Sample mode, with --model: its dtype (e.g. bfloat16); "
+                      "empty: the build's.")
   flags.DEFINE_bool("whole", False, "Whole mode: run build_synthetic_db (--config, --workdir).")
   flags.DEFINE_bool("progress", False, "Report a build in --workdir as it stands (finished, "
                     "running or cut off) from its phase log, building nothing.")
   config_flags.DEFINE_config_file("config", None, "Whole mode: build config, e.g. "
-                                  "experiments/configs/medical_synth.py:paper_cpu")
-  flags.DEFINE_string("workdir", "", "Whole mode: the build's work dir (resumable).")
+                                  "experiments/configs/medical_synth.py:paper_cpu. Sample "
+                                  "mode without --build_dir: the build is planned from it "
+                                  "in --workdir (clusters chosen, nothing decoded), then "
+                                  "sampled.")
+  flags.DEFINE_string("workdir", "", "Whole mode: the build's work dir (resumable); sample "
+                      "mode with --config: where the build is planned.")
   flags.DEFINE_string("json_out", "", "Where to write the report (JSON).")
 
 
@@ -130,9 +145,11 @@ class Sample:
   seconds: float            # loading
 
 
-def load_sample(build_dir: str, num_clusters: int, first: int = 0) -> Sample:
+def load_sample(build_dir: str, num_clusters: int, first: int = 0, model: str = "",
+                dtype: str = "") -> Sample:
   """The build's settings, model, documents and chosen clusters first .. first +
-  num_clusters - 1."""
+  num_clusters - 1. model / dtype: decode with another model than the build's (load_model's
+  names, random:SHAPE included), the documents fitted to its tokenizer."""
   from dpsynrag_jax.data.private_documents import fit_to_budget, load_private_documents  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.models import dtype_named, load_lm  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
@@ -146,7 +163,10 @@ def load_sample(build_dir: str, num_clusters: int, first: int = 0) -> Sample:
     raise ValueError(f"{build_dir} has {len(selected)} clusters; asked for {num_clusters}"
                      + (f" from cluster {first}." if first else "."))
   start = time.perf_counter()
-  lm = load_lm(config.model.lm, dtype=dtype_named(config.model.dtype))
+  if model:
+    lm = bench_generation.load_model(model, dtype_named(dtype or config.model.dtype))
+  else:
+    lm = load_lm(config.model.lm, dtype=dtype_named(config.model.dtype))
   documents, where = load_private_documents(config.data)
   documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
                             config.data.too_long)
@@ -165,7 +185,8 @@ def sample_key_of(r: int) -> jax.Array:
 def sample(build_dir: str, num_clusters: int, warmup: bool = True,
            row_buckets: Sequence[int] = (), decode: bool = True,
            per_shape: bool = False, pack_rows: Sequence[int] = (), max_rows: int = 0,
-           first_cluster: int = 0, tokens_out: str = "") -> dict:
+           first_cluster: int = 0, tokens_out: str = "", model: str = "",
+           dtype: str = "") -> dict:
   """Times the private decode of clusters 0 .. num_clusters-1 of the build in `build_dir`.
 
   row_buckets: rows are padded to a multiple of private_decode.ROW_BUCKET; given several
@@ -181,6 +202,8 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   max_rows: > 0 keeps the non-empty clusters of at most this many padded rows (at the default
   row bucket).
   first_cluster: the sample is clusters first_cluster .. first_cluster + num_clusters - 1.
+  model, dtype: decode with this model (e.g. random:llama-3.1-8b in bfloat16: the paper's
+  cluster shapes on an accelerator-sized model); the peak is then also measured at dtype.
   """
   from dpsynrag_jax import host_memory  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax import private_decode  # pylint: disable=g-import-not-at-top
@@ -189,7 +212,8 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
 
   if per_shape:
     num_clusters = len(wd_lib.Workdir(build_dir).selected())
-  loaded = load_sample(build_dir, num_clusters, 0 if per_shape else first_cluster)
+  loaded = load_sample(build_dir, num_clusters, 0 if per_shape else first_cluster, model,
+                       dtype)
   if pipeline.topic_groups(loaded.config):
     raise ValueError("bench_build's sample decodes the paper's prompts; a build with topic "
                      "terms (generation.topic_terms) is timed with --whole only.")
@@ -219,7 +243,7 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
             "prefix_tokens": len(predictor.prefix), **prefill_counts(suffixes)}
   if not decode:
     return {**counts, "peak_rss_gb": peak_rss_gb()}
-  peak = bench_generation.matmul_peak()
+  peak = bench_generation.matmul_peak(dtype=dtype or "float32")
 
   runs, first_tokens = [], None
   default_bucket, default_pack = private_decode.ROW_BUCKET, private_decode.PACK_ROWS
@@ -264,11 +288,28 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   finally:
     private_decode.ROW_BUCKET, private_decode.PACK_ROWS = default_bucket, default_pack
   return {
-      **counts, "c_over_tau": cal.c_over_tau, "T": cal.T, "runs": runs,
+      **counts, "model": model or config.model.lm, "dtype": dtype or config.model.dtype,
+      "parameters": cfg.num_params(), "c_over_tau": cal.c_over_tau, "T": cal.T, "runs": runs,
       "matmul_peak_gflops_per_s": peak["peak"], "peak_rss_gb": peak_rss_gb(),
       "resident_after_gb": host_memory.resident_gb(),
       "backend": jax.default_backend(), "devices": predictor.num_devices,
   }
+
+
+def plan(config, workdir: str) -> str:
+  """Plans the build of `config` in `workdir` (runtime.stop_after_rerank: its clusters chosen,
+  nothing decoded; a planned work dir is resumed, not redone) and returns workdir, ready for
+  sample(). A whole build on an accelerator-sized model would take hours; its clusters'
+  shapes need only the encoder."""
+  from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
+  config = config.copy_and_resolve_references()
+  config.unlock()
+  config.runtime.stop_after_rerank = True
+  try:
+    pipeline.build_synthetic_db(config, workdir)
+  except pipeline.PipelineInterrupted:
+    pass
+  return workdir
 
 
 def whole(config, workdir: str) -> dict:
@@ -365,14 +406,18 @@ def main(argv):
     # Compiles are part of a build's time: say whether they were loaded from a warm cache.
     report["compilation_cache"] = {"dir": FLAGS.compilation_cache, "entries_before": cached}
   else:
-    if not FLAGS.build_dir:
-      raise app.UsageError("Give --build_dir (sample mode) or --whole.")
+    if not FLAGS.build_dir and (FLAGS.config is None or not FLAGS.workdir):
+      raise app.UsageError("Give --build_dir, or --config and --workdir (sample mode), or "
+                           "--whole.")
+    if FLAGS.dtype and not FLAGS.model:
+      raise app.UsageError("--dtype goes with --model (a build's own model keeps its dtype).")
     if FLAGS.tokens_out and "docs" in os.path.abspath(FLAGS.tokens_out).split(os.sep):
       raise app.UsageError("--tokens_out holds private draws: give a work dir path, not docs/.")
-    report = sample(FLAGS.build_dir, FLAGS.clusters, FLAGS.warmup,
+    build_dir = FLAGS.build_dir or plan(FLAGS.config, FLAGS.workdir)
+    report = sample(build_dir, FLAGS.clusters, FLAGS.warmup,
                     [int(b) for b in FLAGS.row_buckets], FLAGS.decode, FLAGS.per_shape,
                     [int(p) for p in FLAGS.pack_rows], FLAGS.max_rows, FLAGS.first_cluster,
-                    FLAGS.tokens_out)
+                    FLAGS.tokens_out, FLAGS.model, FLAGS.dtype)
   text = json.dumps(report, indent=1)
   print(text)
   if FLAGS.json_out:

@@ -32,16 +32,29 @@ def test_llama_shape_is_the_8b_model():
 
 def test_device_bench_script_on_cpu_with_the_small_shape(tmp_path):
   out = tmp_path / "bench.json"
+  build_out, plan_dir = tmp_path / "build.json", tmp_path / "plan"
   env = {**os.environ, "SHAPE": "llama-3.1-8b-small", "DOCS": "4", "T": "4", "PAIRS": "1",
-         "OUT": str(out), "PYTHON": sys.executable}
+         "OUT": str(out), "PYTHON": sys.executable, "PLAN_CONFIG": "tiny", "CLUSTERS": "3",
+         "PLAN_DIR": str(plan_dir), "BUILD_OUT": str(build_out)}
   proc = subprocess.run(["bash", "launch/device_bench.sh"], cwd=REPO, env=env,
-                        capture_output=True, text=True, timeout=600, check=False)
+                        capture_output=True, text=True, timeout=900, check=False)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert "per-cluster seconds: median" in proc.stdout
   report = json.loads(out.read_text())
   assert report["docs"] == 4 and report["T"] == 4 and report["dtype"] == "bfloat16"
   assert report["ours"]["per_cluster_s"] > 0
   assert "reference" not in report
+  # Part 2: the tiny config planned (clusters chosen, nothing decoded or released) and its
+  # first 3 clusters decoded on the 8B layout's small shape in bf16.
+  assert "build sample: 3 clusters" in proc.stdout and "s per 100 documents" in proc.stdout
+  build = json.loads(build_out.read_text())
+  assert build["model"] == "random:llama-3.1-8b-small" and build["dtype"] == "bfloat16"
+  cfg = bench_generation.RANDOM_SHAPES["llama-3.1-8b-small"]()
+  assert build["parameters"] == cfg.num_params() and build["T"] == 8
+  assert build["clusters"] == 3 and build["rows_real"] > 0
+  assert build["runs"][0]["seconds"]["decode"] > 0 and build["runs"][0]["useful_gflop"] > 0
+  selected = selected_of(str(plan_dir))
+  assert len(selected) == 6 and not os.path.exists(plan_dir / "synthetic_db.jsonl")
 
 
 def test_device_bench_refuses_the_8b_shape_on_a_cpu():
