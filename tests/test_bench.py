@@ -116,15 +116,18 @@ def test_bench_build_decodes_a_public_sample_of_a_real_build(tmp_path):
   assert built["rows_decoded"] % built["row_bucket"] == 0
   assert built["useful_gflop"] > 0 and 0 < built["fraction_of_peak"]
   assert built["seconds"]["decode"] > 0 and built["peak_rss_gb"] > 0
-  # Both runs on the phase log: the whole build's decode is more than the resumed run's.
+  # Both runs on the phase log: the whole build's decode is more than the first run's groups.
+  # (Not compared with the resumed run's "decode" phase: the log sums only its groups' seconds,
+  # while the summary rounds the phase around them to 0.1 s.)
   every = built["all_runs"]
   assert every["runs"] == 2 and every["finished"]
-  assert every["seconds"]["decode"] > built["seconds"]["decode"]
+  assert every["seconds"]["decode"] > cut["seconds"]["decode"]
+  assert every["seconds"]["decode"] <= cut["seconds"]["decode"] + built["seconds"]["decode"] + 0.1
   assert every["seconds"]["load"] > built["seconds"]["load"]
   assert every["clusters"] == config.clustering.R
   assert every["useful_gflop"] >= built["useful_gflop"]   # the first two may be empty
   assert every["seconds_total"] == pytest.approx(sum(every["seconds"].values()))
-  assert every["seconds"]["keywords"] >= built["seconds"]["keywords"]
+  assert every["seconds"]["keywords"] >= built["seconds"]["keywords"] - 0.05   # 0.1 s rounding
   before = _tree_digest(workdir)
   report = bench_build.sample(workdir, num_clusters=3, row_buckets=[16, 8])
   assert report["clusters"] == 3
