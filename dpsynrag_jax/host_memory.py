@@ -13,6 +13,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import platform
+
+try:
+  import resource
+except ImportError:   # Windows
+  resource = None
 
 
 @functools.lru_cache(maxsize=1)
@@ -44,5 +50,13 @@ def resident_gb() -> float:
       pages = int(f.read().split()[1])
   except OSError:
     return 0.0
-  import resource  # pylint: disable=g-import-not-at-top
   return pages * resource.getpagesize() / 2**30
+
+
+def peak_resident_gb() -> float:
+  """This process's largest resident set size so far, in GiB (ru_maxrss: KiB on Linux, bytes
+  on macOS; 0.0 where there is no resource module)."""
+  if resource is None:
+    return 0.0
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  return peak / (2**30 if platform.system() == "Darwin" else 2**20)

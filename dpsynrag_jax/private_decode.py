@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import gc
 from typing import Callable, Sequence
 
 import jax
@@ -56,7 +57,7 @@ PACK_ROWS = 96
 # shape's programs hold ~80 MB of host memory on CPU, and a paper_cpu build visits ~30 shapes
 # once each, in order, so keeping them all (as up to 64 were) held gigabytes for nothing; a
 # few cover DP-RAG, whose questions come back to the same shapes (BUILD_NOTES, "Peak RSS of
-# the whole build").
+# the whole build"). decode_many, which visits each shape once, keeps only the current one's.
 PROGRAMS_KEPT = 4
 _SENTINEL = "\u2063DOC\u2063"
 
@@ -220,6 +221,19 @@ def _decode_program(static: _Static):
                        eos_ids=static.eos_ids, pad_id=static.pad_id)
     return _lead(out)
   return _sharded(static, per_device, num_split=5, num_same=1, donate=(1,))
+
+
+def drop_group_programs() -> None:
+  """Drops every shape's compiled group programs and returns the memory they and the freed
+  buffers held. decode_many calls it when it moves on to the next shape: it visits each shape
+  once, in ascending order, so the programs it drops are never needed again, and the largest
+  shapes then decode beside no earlier shape's programs (a paper_cpu build's peak resident
+  size comes at its largest clusters; BUILD_NOTES, "Whole paper_cpu build on the landed
+  code")."""
+  for program in (_empty_program, _prefill_program, _decode_program):
+    program.cache_clear()
+  gc.collect()   # an executable held in a reference cycle is freed now, not at some later pass
+  host_memory.release_freed_memory()
 
 
 def pack_size(rows: int) -> int:
@@ -526,7 +540,8 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
                 lead_of: Callable[[int], Sequence[int]] | None = None
                 ) -> dict[int, list[int]]:
   """Decodes many clusters, grouped by padded shape and run num_devices x pack_size(rows) at
-  a time (a shape's last group packs fewer).
+  a time (a shape's last group packs fewer), in ascending shape order; each shape's compiled
+  programs are dropped when the next shape starts (drop_group_programs).
 
   Args:
     suffixes: cluster id -> its documents' prompt suffixes (`predictor.suffixes`).
@@ -567,7 +582,9 @@ def decode_many(predictor: PrivatePredictor, suffixes: dict[int, list[list[int]]
         progress.update(1)
     else:
       by_shape[predictor.shape_of(suffixes[cid], hint_of(cid), lead_of(cid))].append(cid)
-  for shape, ids in sorted(by_shape.items()):
+  for number, (shape, ids) in enumerate(sorted(by_shape.items())):
+    if number:
+      drop_group_programs()
     n = predictor.num_devices * pack_size(shape[0])
     for start in range(0, len(ids), n):
       group = ids[start:start + n]

@@ -33,7 +33,6 @@ import collections
 import dataclasses
 import json
 import os
-import resource
 import time
 from typing import Sequence
 
@@ -43,6 +42,7 @@ import jax
 from ml_collections import config_flags
 import numpy as np
 
+from dpsynrag_jax import host_memory
 from experiments import bench_generation
 from experiments import cli
 
@@ -89,11 +89,6 @@ def define_flags() -> None:
   flags.DEFINE_string("workdir", "", "Whole mode: the build's work dir (resumable); sample "
                       "mode with --config: where the build is planned.")
   flags.DEFINE_string("json_out", "", "Where to write the report (JSON).")
-
-
-def peak_rss_gb() -> float:
-  """Peak resident set size of this process so far (Linux: ru_maxrss in KiB)."""
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def config_of_build(build_dir: str):
@@ -205,7 +200,6 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   model, dtype: decode with this model (e.g. random:llama-3.1-8b in bfloat16: the paper's
   cluster shapes on an accelerator-sized model); the peak is then also measured at dtype.
   """
-  from dpsynrag_jax import host_memory  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax import private_decode  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
@@ -242,7 +236,7 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
             "empty_clusters": sum(1 for r in ids if not suffixes[r]), "rows_real": rows_real,
             "prefix_tokens": len(predictor.prefix), **prefill_counts(suffixes)}
   if not decode:
-    return {**counts, "peak_rss_gb": peak_rss_gb()}
+    return {**counts, "peak_rss_gb": host_memory.peak_resident_gb()}
   peak = bench_generation.matmul_peak(dtype=dtype or "float32")
 
   runs, first_tokens = [], None
@@ -290,7 +284,7 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
   return {
       **counts, "model": model or config.model.lm, "dtype": dtype or config.model.dtype,
       "parameters": cfg.num_params(), "c_over_tau": cal.c_over_tau, "T": cal.T, "runs": runs,
-      "matmul_peak_gflops_per_s": peak["peak"], "peak_rss_gb": peak_rss_gb(),
+      "matmul_peak_gflops_per_s": peak["peak"], "peak_rss_gb": host_memory.peak_resident_gb(),
       "resident_after_gb": host_memory.resident_gb(),
       "backend": jax.default_backend(), "devices": predictor.num_devices,
   }
@@ -326,7 +320,7 @@ def whole(config, workdir: str) -> dict:
   start = time.perf_counter()
   summary = pipeline.build_synthetic_db(config, workdir)
   wall = time.perf_counter() - start
-  rss = peak_rss_gb()   # the build's, before this report loads the model again
+  rss = host_memory.peak_resident_gb()   # the build's, before this report loads the model again
   seconds = summary.get("seconds", {})
   work = decode_work(workdir, before)
   peak = bench_generation.matmul_peak()
@@ -357,7 +351,7 @@ def progress(workdir: str, peak_gflops: float) -> dict:
   return {"runs": logged["runs"], "finished": wd.finished, "clusters_planned": len(selected),
           **work, "seconds": logged["seconds"], "seconds_total": sum(logged["seconds"].values()),
           "useful_gflops_per_s": gflops, "matmul_peak_gflops_per_s": peak_gflops,
-          "fraction_of_peak": gflops / peak_gflops}
+          "fraction_of_peak": gflops / peak_gflops, "peak_rss_gb": logged["peak_rss_gb"]}
 
 
 def decode_work(build_dir: str, skip: set) -> dict:

@@ -106,6 +106,7 @@ def test_bench_build_decodes_a_public_sample_of_a_real_build(tmp_path):
   assert not cut["finished"] and cut["runs"] == 1
   assert cut["clusters"] == len(first) and cut["clusters_planned"] == config.clustering.R
   assert cut["seconds"]["decode"] > 0 and cut["seconds"]["embed"] > 0
+  assert cut["peak_rss_gb"] > 0.1   # logged by each decode group (this process's, so far)
   config.runtime.stop_after_clusters = -1
   built = bench_build.whole(config, workdir)
   selected = wd_lib.Workdir(workdir).selected()
@@ -128,6 +129,9 @@ def test_bench_build_decodes_a_public_sample_of_a_real_build(tmp_path):
   assert every["useful_gflop"] >= built["useful_gflop"]   # the first two may be empty
   assert every["seconds_total"] == pytest.approx(sum(every["seconds"].values()))
   assert every["seconds"]["keywords"] >= built["seconds"]["keywords"] - 0.05   # 0.1 s rounding
+  # The largest peak any run's groups logged: one process here, so between the cut run's and
+  # the one measured after the build.
+  assert cut["peak_rss_gb"] <= every["peak_rss_gb"] <= built["peak_rss_gb"] + 1e-3
   before = _tree_digest(workdir)
   report = bench_build.sample(workdir, num_clusters=3, row_buckets=[16, 8])
   assert report["clusters"] == 3

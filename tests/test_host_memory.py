@@ -31,3 +31,16 @@ def test_release_freed_memory_returns_fragmented_heap_pages():
   for p in pins:
     libc.free(p)
   assert before - after > 0.1, (before, after)   # most of the 0.125 GiB came back
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="/proc and ru_maxrss in KiB")
+def test_peak_resident_covers_memory_touched_then_freed():
+  # 256 MiB touched then freed: the resident size drops back, the peak keeps it.
+  before = host_memory.peak_resident_gb()
+  block = bytearray(256 << 20)
+  block[::4096] = b"\x01" * len(block[::4096])
+  during = host_memory.resident_gb()
+  del block
+  peak = host_memory.peak_resident_gb()
+  assert peak >= during - 1e-3 and peak >= before
+  assert peak - host_memory.resident_gb() > 0.2 or before > during   # freed, but remembered

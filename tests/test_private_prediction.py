@@ -156,6 +156,27 @@ def test_programs_of_a_few_shapes_are_kept_and_a_dropped_one_rebuilds_identicall
   assert inference.TRACE_COUNTS["private_decode"] - before == 1
 
 
+def test_decode_many_keeps_only_the_current_shapes_programs(tiny_lm):
+  """decode_many visits each shape once, in order: when it moves to the next shape, the last
+  one's programs go (the largest clusters decode beside no other shape's programs), and every
+  cluster draws what it draws decoded alone."""
+  pp = PrivatePredictor(tiny_lm, c=0.3, tau=1.0, T=3)
+  bucket = private_decode.ROW_BUCKET
+  clusters = {i: pp.suffixes([NOTE] * (1 + bucket * i)) for i in range(3)}
+  assert len({pp.shape_of(c) for c in clusters.values()}) == 3
+  key_of = lambda r: jax.random.fold_in(jax.random.PRNGKey(4), r)
+  alone = {r: pp.decode_group([c], [key_of(r)], pp.shape_of(c))[0]
+           for r, c in clusters.items()}
+  before = inference.TRACE_COUNTS["private_decode"]
+  assert private_decode.decode_many(pp, clusters, key_of) == alone
+  # The first shape's programs were cached by decode_group above and used; the next two
+  # shapes' too, but each was dropped when decode_many moved on, so it traced them again.
+  assert inference.TRACE_COUNTS["private_decode"] - before == 2
+  for program in (private_decode._decode_program,   # pylint: disable=protected-access
+                  private_decode._prefill_program, private_decode._empty_program):  # pylint: disable=protected-access
+    assert program.cache_info().currsize == 1
+
+
 @dataclasses.dataclass(frozen=True)
 class _FirstRowEnds:
   """Row 0 emits EOS at once; every other row keeps emitting `other`."""

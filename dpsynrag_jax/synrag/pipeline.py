@@ -34,6 +34,7 @@ import numpy as np
 import tqdm
 
 from dpsynrag_jax import distributed
+from dpsynrag_jax import host_memory
 from dpsynrag_jax import privacy
 from dpsynrag_jax.data.private_documents import fit_to_budget, load_private_documents
 from dpsynrag_jax.models import dtype_named, load_encoder, load_lm
@@ -98,7 +99,8 @@ def read_phase_log(workdir: str, process: int = 0) -> dict:
   The decode phase is summed from its per-group records ("decode_group"), written as each
   group of clusters is persisted, so a run cut off mid-decode still counts the groups it
   finished; a finished run's own "decode" record would count them twice and is left out.
-  Returns {"runs": runs that logged their load, "seconds": {phase: total}}."""
+  Returns {"runs": runs that logged their load, "seconds": {phase: total}, "peak_rss_gb": the
+  largest peak resident size a decode group logged, in GiB (0.0 before any)}."""
   records = wd_lib.read_jsonl(wd_lib.Workdir(workdir).private_path(phase_log_name(process)))
   seconds: dict[str, float] = {}
   for rec in records:
@@ -106,7 +108,8 @@ def read_phase_log(workdir: str, process: int = 0) -> dict:
       continue
     name = "decode" if rec["phase"] == "decode_group" else rec["phase"]
     seconds[name] = seconds.get(name, 0.0) + rec["seconds"]
-  return {"runs": sum(rec["phase"] == "load" for rec in records), "seconds": seconds}
+  return {"runs": sum(rec["phase"] == "load" for rec in records), "seconds": seconds,
+          "peak_rss_gb": max((rec.get("peak_rss_gb", 0.0) for rec in records), default=0.0)}
 
 
 def calibration_of(config) -> privacy.Calibration:
@@ -456,7 +459,11 @@ def _decode_all(build: _Build, predictor, documents, selected, clusters,
     wd.add_generated(build.process, outputs)
     done.update(outputs)
     now = time.time()
-    timer.record("decode_group", now - group_start, clusters=len(outputs))
+    # Memory beside the time: a build cut off and resumed runs in several processes, and only
+    # this log sees the peak of each (bench_build's all_runs reports the largest).
+    timer.record("decode_group", now - group_start, clusters=len(outputs),
+                 resident_gb=round(host_memory.resident_gb(), 3),
+                 peak_rss_gb=round(host_memory.peak_resident_gb(), 3))
     group_start = now
     if 0 <= stop_after <= len(done) - already:
       raise PipelineInterrupted(
