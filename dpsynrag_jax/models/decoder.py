@@ -146,10 +146,11 @@ class Attention(nn.Module):
     probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
     c = cache_v.shape[2]
     merge = lambda t: t.reshape(b, cfg.num_kv_heads, groups * s, t.shape[-1])
-    if write_at is not None:   # as the scores above: [G, C] x [C, H] per (b, k), fused
-      attended = _fused_batched_matmul(merge(probs[..., :c]), cache_v).astype(self.dtype)
-    else:
-      attended = jnp.einsum("bkqc,bkch->bkqh", merge(probs[..., :c]), cache_v)
+    # The values product stays a dot in the one-token decode too: fused and halved pairwise
+    # over C (208 = 16 * 13 slots), XLA:CPU splits the tree into fusions that compute the
+    # product twice; as a dot the whole SmolLM2 step is 12 % faster at 64 rows and 25 % at 128
+    # (BUILD_NOTES, "Decode attention's values product as a dot").
+    attended = jnp.einsum("bkqc,bkch->bkqh", merge(probs[..., :c]), cache_v)
     out = (attended +
            jnp.einsum("bkqt,bkth->bkqh", merge(probs[..., c:]), v))      # [B, K, G*S, H]
     out = out.reshape(b, cfg.num_kv_heads, groups, s, cfg.head_dim).transpose(0, 3, 1, 2, 4)
