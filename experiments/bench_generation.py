@@ -47,6 +47,9 @@ def define_flags() -> None:
   flags.DEFINE_bool("reference", True, "Run the PyTorch reference.")
   flags.DEFINE_enum("dtype", "float32", sorted(DTYPES),
                     "Our weights and activations (the reference stays float32).")
+  flags.DEFINE_list("ceiling_rows", ["16", "64", "128"],
+                    "After the pairs, time one decode step's weight matmuls alone at these row "
+                    "counts (the most a decode step can reach here); empty skips it.")
 
 
 def _llama31_8b(**overrides):
@@ -113,6 +116,50 @@ def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> dict
   except ImportError:  # an accelerator image may carry JAX only
     pass
   out["peak"] = max(v for k, v in out.items() if k != "n")
+  return out
+
+
+def weight_matmul_ceiling(cfg, rows, dtype: str = "float32", repeats: int = 7) -> list[dict]:
+  """What one decode step's weight matmuls alone reach at each row count: q, k, v, o, gate, up
+  and down of every layer and the LM head, chained as the decoder chains them (jitted, layers
+  unrolled), with attention, norms, RoPE and sampling left out. No decode step can beat this
+  GFLOP/s on this machine, so it bounds the fraction of the matmul peak a decode can reach.
+
+  Random weights of cfg's shapes in `dtype`; x [rows, D]. Returns one dict per row count:
+  rows, median seconds per step, GFLOP/s (2 * rows * matmul parameters per step)."""
+  d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+  shapes = {"q": (d, cfg.num_heads * hd), "k": (d, cfg.num_kv_heads * hd),
+            "v": (d, cfg.num_kv_heads * hd), "o": (cfg.num_heads * hd, d),
+            "gate": (d, f), "up": (d, f), "down": (f, d)}
+  keys = iter(jax.random.split(jax.random.PRNGKey(0), cfg.num_layers * len(shapes) + 1))
+  init = lambda shape: (jax.random.normal(next(keys), shape, jnp.float32) /
+                        np.sqrt(shape[0])).astype(dtype)
+  layers = [{name: init(shape) for name, shape in shapes.items()}
+            for _ in range(cfg.num_layers)]
+  head = init((d, cfg.vocab_size))
+  per_step = sum(a * b for a, b in shapes.values()) * cfg.num_layers + d * cfg.vocab_size
+
+  @jax.jit
+  def step(x, layers, head):
+    new_kv = []
+    for w in layers:
+      q, k, v = x @ w["q"], x @ w["k"], x @ w["v"]
+      new_kv.append((k, v))   # a decode step writes them into the cache: keep them live
+      x = x + q @ w["o"]
+      x = x + (jax.nn.silu(x @ w["gate"]) * (x @ w["up"])) @ w["down"]
+    return x @ head, new_kv
+
+  out = []
+  for n in rows:
+    x = jax.random.normal(jax.random.PRNGKey(n), (n, d), jnp.float32).astype(dtype)
+    jax.block_until_ready(step(x, layers, head))
+    times = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      jax.block_until_ready(step(x, layers, head))
+      times.append(time.perf_counter() - start)
+    seconds = statistics.median(times)
+    out.append({"rows": n, "step_s": seconds, "gflops": 2.0 * n * per_step / seconds / 1e9})
   return out
 
 
@@ -214,7 +261,7 @@ def _stats(times, flops, peak):
 
 
 def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool,
-        dtype: str = "float32") -> dict:
+        dtype: str = "float32", ceiling_rows=()) -> dict:
   from dpsynrag_jax.data import load_medical_synth  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.models import presets  # pylint: disable=g-import-not-at-top
   if reference and model.startswith("random:"):
@@ -278,13 +325,18 @@ def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool,
                                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     report["ratio_ours_over_reference"] = ours_stats["median_s"] / ref_stats["median_s"]
     report["pairwise_ratios"] = [round(a / b, 3) for a, b in zip(ours_total, ref_total)]
+  if ceiling_rows:
+    ceiling = weight_matmul_ceiling(lm.config, ceiling_rows, dtype)
+    report["weight_matmul_ceiling"] = [
+        {**row, "fraction_of_peak": row["gflops"] / peak["peak"]} for row in ceiling]
   return report
 
 
 def main(argv):
   del argv
-  report = run(flags.FLAGS.model, flags.FLAGS.docs, flags.FLAGS.T, flags.FLAGS.pairs, flags.FLAGS.c, flags.FLAGS.reference,
-               flags.FLAGS.dtype)
+  fl = flags.FLAGS
+  report = run(fl.model, fl.docs, fl.T, fl.pairs, fl.c, fl.reference, fl.dtype,
+               [int(n) for n in fl.ceiling_rows])
   text = json.dumps(report, indent=1)
   print(text)
   if flags.FLAGS.json_out:

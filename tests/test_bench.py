@@ -24,6 +24,18 @@ def test_useful_flops_count_the_lm_head_only_where_logits_are_sampled():
   assert bench_generation.nominal_flops(cfg, [p] * n, T) == n * expected
 
 
+def test_weight_matmul_ceiling_times_every_weight_matmul_of_a_step():
+  cfg = bench_generation.RANDOM_SHAPES["llama-3.1-8b-small"]()
+  ceiling = bench_generation.weight_matmul_ceiling(cfg, [2, 8], repeats=2)
+  assert [row["rows"] for row in ceiling] == [2, 8]
+  # Every layer's seven matmuls and the LM head: all parameters but the embedding table.
+  matmul_params = cfg.num_params() - cfg.vocab_size * cfg.hidden_size
+  for row in ceiling:
+    assert row["step_s"] > 0
+    assert math.isclose(row["gflops"] * 1e9 * row["step_s"], 2 * row["rows"] * matmul_params,
+                        rel_tol=1e-9)
+
+
 def test_llama_shape_is_the_8b_model():
   cfg = bench_generation.RANDOM_SHAPES["llama-3.1-8b"]()
   assert abs(cfg.num_params() - 8.03e9) < 0.01e9
