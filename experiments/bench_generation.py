@@ -122,44 +122,64 @@ def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> dict
 def weight_matmul_ceiling(cfg, rows, dtype: str = "float32", repeats: int = 7) -> list[dict]:
   """What one decode step's weight matmuls alone reach at each row count: q, k, v, o, gate, up
   and down of every layer and the LM head, chained as the decoder chains them (jitted, layers
-  unrolled), with attention, norms, RoPE and sampling left out. No decode step can beat this
-  GFLOP/s on this machine, so it bounds the fraction of the matmul peak a decode can reach.
+  unrolled), with attention, norms, RoPE and sampling left out. No decode step of ours can
+  beat this GFLOP/s on this machine. The same chain in PyTorch (fp32, when installed) says
+  whether another matmul kernel would do better at these shapes.
 
-  Random weights of cfg's shapes in `dtype`; x [rows, D]. Returns one dict per row count:
-  rows, median seconds per step, GFLOP/s (2 * rows * matmul parameters per step)."""
+  Random weights of cfg's shapes; x [rows, D]. Returns one dict per row count: rows, median
+  seconds per step and GFLOP/s (2 * rows * matmul parameters per step), and torch_gflops."""
   d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
   shapes = {"q": (d, cfg.num_heads * hd), "k": (d, cfg.num_kv_heads * hd),
             "v": (d, cfg.num_kv_heads * hd), "o": (cfg.num_heads * hd, d),
             "gate": (d, f), "up": (d, f), "down": (f, d)}
-  keys = iter(jax.random.split(jax.random.PRNGKey(0), cfg.num_layers * len(shapes) + 1))
-  init = lambda shape: (jax.random.normal(next(keys), shape, jnp.float32) /
-                        np.sqrt(shape[0])).astype(dtype)
+  rng = np.random.default_rng(0)
+  init = lambda shape: (rng.standard_normal(shape, np.float32) / np.sqrt(shape[0])).astype(
+      np.float32)
   layers = [{name: init(shape) for name, shape in shapes.items()}
             for _ in range(cfg.num_layers)]
   head = init((d, cfg.vocab_size))
   per_step = sum(a * b for a, b in shapes.values()) * cfg.num_layers + d * cfg.vocab_size
 
-  @jax.jit
-  def step(x, layers, head):
+  def chain(x, layers, head, silu):
     new_kv = []
     for w in layers:
       q, k, v = x @ w["q"], x @ w["k"], x @ w["v"]
       new_kv.append((k, v))   # a decode step writes them into the cache: keep them live
       x = x + q @ w["o"]
-      x = x + (jax.nn.silu(x @ w["gate"]) * (x @ w["up"])) @ w["down"]
+      x = x + (silu(x @ w["gate"]) * (x @ w["up"])) @ w["down"]
     return x @ head, new_kv
 
-  out = []
-  for n in rows:
-    x = jax.random.normal(jax.random.PRNGKey(n), (n, d), jnp.float32).astype(dtype)
-    jax.block_until_ready(step(x, layers, head))
+  def median_seconds(fn):
+    fn()
     times = []
     for _ in range(repeats):
       start = time.perf_counter()
-      jax.block_until_ready(step(x, layers, head))
+      fn()
       times.append(time.perf_counter() - start)
-    seconds = statistics.median(times)
-    out.append({"rows": n, "step_s": seconds, "gflops": 2.0 * n * per_step / seconds / 1e9})
+    return statistics.median(times)
+
+  step = jax.jit(lambda x, layers, head: chain(x, layers, head, jax.nn.silu))
+  j_layers = jax.tree_util.tree_map(lambda w: jnp.asarray(w, dtype), layers)
+  j_head = jnp.asarray(head, dtype)
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+    t_layers = jax.tree_util.tree_map(torch.from_numpy, layers)
+    t_head = torch.from_numpy(head)
+  except ImportError:
+    torch = None
+  out = []
+  for n in rows:
+    x = rng.standard_normal((n, d), np.float32)
+    jx = jnp.asarray(x, dtype)
+    seconds = median_seconds(lambda: jax.block_until_ready(step(jx, j_layers, j_head)))
+    row = {"rows": n, "step_s": seconds, "gflops": 2.0 * n * per_step / seconds / 1e9}
+    if torch is not None:
+      tx = torch.from_numpy(x)
+      with torch.no_grad():
+        t_seconds = median_seconds(
+            lambda: chain(tx, t_layers, t_head, torch.nn.functional.silu))
+      row["torch_gflops"] = 2.0 * n * per_step / t_seconds / 1e9
+    out.append(row)
   return out
 
 
@@ -328,7 +348,9 @@ def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool,
   if ceiling_rows:
     ceiling = weight_matmul_ceiling(lm.config, ceiling_rows, dtype)
     report["weight_matmul_ceiling"] = [
-        {**row, "fraction_of_peak": row["gflops"] / peak["peak"]} for row in ceiling]
+        {**row, "fraction_of_peak": row["gflops"] / peak["peak"],
+         "torch_fraction_of_peak": row.get("torch_gflops", 0.0) / peak["peak"]}
+        for row in ceiling]
   return report
 
 

@@ -34,6 +34,7 @@ def test_weight_matmul_ceiling_times_every_weight_matmul_of_a_step():
     assert row["step_s"] > 0
     assert math.isclose(row["gflops"] * 1e9 * row["step_s"], 2 * row["rows"] * matmul_params,
                         rel_tol=1e-9)
+    assert row["torch_gflops"] > 0   # torch is installed for the reference
 
 
 def test_llama_shape_is_the_8b_model():
