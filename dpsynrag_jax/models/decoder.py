@@ -8,7 +8,9 @@ Every call extends a KV cache: it reads the cache (read-only, scanned per layer)
 new tokens' keys [L, B, K, H, S] and values [L, B, K, S, H] (keys are stored transposed, see
 kv_cache.py); the caller writes them in one update outside the layer scan. A full forward
 without cache is the same call with C = 0. `decode_unrolled` is the one-token step of decode
-loops on CPU: the same layers, unrolled, each writing its own cache buffer in place.
+loops on CPU: the same layers, unrolled, each writing its own cache buffer in place; on CPU the
+parameters are held per layer (`unstack_params`) and every call runs unrolled
+(`forward_unrolled`), so no program copies the weights out of a stack.
 """
 
 from __future__ import annotations
@@ -269,11 +271,64 @@ class Decoder(nn.Module):
     return _output_logits(cfg, self.dtype, x, head), new_k, new_v
 
 
+def per_layer(params) -> bool:
+  """Whether params hold their layers per layer (unstack_params) rather than stacked."""
+  return isinstance(params["layers"], tuple)
+
+
 def split_layers(params):
-  """The stacked layer parameters as a tuple of per-layer trees (for decode_unrolled)."""
+  """The layer parameters as a tuple of per-layer trees (for the unrolled calls below)."""
+  if per_layer(params):
+    return params["layers"]
   stacked = params["layers"]
   num_layers = jax.tree.leaves(stacked)[0].shape[0]
   return tuple(jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(num_layers))
+
+
+def unstack_params(params):
+  """params with params["layers"] a tuple of per-layer trees, each its own buffer.
+
+  Why: the unrolled calls read one layer's weights at a time; from stacked weights, a program
+  slices them first, and on CPU every slice is a copy: a second copy of the layer weights
+  (0.43 GB for SmolLM2-135M in fp32) alive while any decode program runs, which is what the
+  whole paper_cpu build's peak resident size was made of (BUILD_NOTES, "Weights held per
+  layer"). Unstacked once at load, no program copies them. Idempotent."""
+  if per_layer(params):
+    return params
+  return {**params, "layers": split_layers(params)}
+
+
+def _final_norm(params, cfg: DecoderConfig, x):
+  return RMSNorm(cfg.rms_norm_eps, cfg.norm_plus_one).apply({"params": params["final_norm"]}, x)
+
+
+def _head_logits(params, cfg: DecoderConfig, dtype, x):
+  """Normed hidden states [..., D] -> logits [..., V] float32 (tied or own head)."""
+  head = (params["embed"]["embedding"].T if cfg.tie_word_embeddings else params["lm_head"])
+  return _output_logits(cfg, dtype, x, head)
+
+
+def forward_unrolled(params, cfg: DecoderConfig, dtype, tokens, cache_k, cache_v,
+                     cache_positions, lengths, logits_index=None, new_lengths=None):
+  """Decoder's call (same arguments and results) over per-layer parameters (unstack_params):
+  the layers unrolled, each applying DecoderLayer with its own weights, in place of the layer
+  scan over stacked ones. Same arithmetic, layer by layer, as Decoder."""
+  x = _embed_tokens(cfg, dtype, params["embed"]["embedding"], tokens)
+  positions = lengths[:, None] + jnp.arange(tokens.shape[1])[None, :]
+  cos, sin = rope.cos_sin(cfg, positions)
+  valid = (None if new_lengths is None else
+           jnp.arange(tokens.shape[1])[None, :] < new_lengths[:, None])
+  layer = DecoderLayer(cfg, dtype)
+  new_k, new_v = [], []
+  for i, (lp, window) in enumerate(zip(params["layers"], cfg.layer_windows)):
+    x, (k, v) = layer.apply({"params": lp}, x, (cache_k[i], cache_v[i], jnp.int32(window)), cos,
+                            sin, positions, cache_positions, None, valid)
+    new_k.append(k)
+    new_v.append(v)
+  x = _final_norm(params, cfg, x)
+  if logits_index is not None:
+    x = jnp.take_along_axis(x, logits_index[:, None, None], axis=1)[:, 0]
+  return _head_logits(params, cfg, dtype, x), jnp.stack(new_k), jnp.stack(new_v)
 
 
 def decode_unrolled(params, layer_params, cfg: DecoderConfig, dtype, layer_k, layer_v,
@@ -283,7 +338,8 @@ def decode_unrolled(params, layer_params, cfg: DecoderConfig, dtype, layer_k, la
   Why: inside the decode while loop, a layer scan slices each layer's weights and cache out of
   the stacked arrays, and on CPU every slice is a copy (profiled on a 64-row SmolLM2 step: ~20 %
   of the step copying ~1 GB). Here each layer's weights are sliced once, before the loop
-  (`split_layers`), and each layer's cache is its own buffer, written in place at `cursor`
+  (`split_layers`; none where they are held per layer, unstack_params), and each layer's
+  cache is its own buffer, written in place at `cursor`
   before attention reads it. Same parameters and arithmetic as Decoder.
 
   Args:
@@ -308,7 +364,6 @@ def decode_unrolled(params, layer_params, cfg: DecoderConfig, dtype, layer_k, la
                             cache_positions, write_at=cursor)
     new_k.append(k)
     new_v.append(v)
-  x = RMSNorm(cfg.rms_norm_eps, cfg.norm_plus_one).apply({"params": params["final_norm"]}, x)
-  head = (params["embed"]["embedding"].T if cfg.tie_word_embeddings else params["lm_head"])
-  return (_output_logits(cfg, dtype, x[:, 0], head), tuple(new_k), tuple(new_v),
+  x = _final_norm(params, cfg, x)
+  return (_head_logits(params, cfg, dtype, x[:, 0]), tuple(new_k), tuple(new_v),
           cache_positions)

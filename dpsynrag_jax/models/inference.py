@@ -26,13 +26,21 @@ from dpsynrag_jax.models.decoder import Decoder
 TRACE_COUNTS: collections.Counter = collections.Counter()
 
 
+def _forward(params, cfg: DecoderConfig, dtype, *args, **kwargs):
+  """Decoder's call: the layer scan over stacked parameters, or the layers unrolled over
+  parameters held per layer (decoder.unstack_params, the CPU default)."""
+  if decoder_lib.per_layer(params):
+    return decoder_lib.forward_unrolled(params, cfg, dtype, *args, **kwargs)
+  return Decoder(cfg, dtype).apply({"params": params}, *args, **kwargs)
+
+
 def extend(params, cfg: DecoderConfig, dtype, cache: kv_cache.KVCache, tokens, new_lengths):
   """Feeds tokens [B, S] (row b's first new_lengths[b] valid) after the cache.
 
   Returns (logits at each row's last new token [B, V] float32, updated cache).
   """
-  logits, new_k, new_v = Decoder(cfg, dtype).apply(
-      {"params": params}, tokens, cache.k, cache.v, cache.positions, cache.lengths,
+  logits, new_k, new_v = _forward(
+      params, cfg, dtype, tokens, cache.k, cache.v, cache.positions, cache.lengths,
       logits_index=jnp.maximum(new_lengths - 1, 0),
       new_lengths=None if tokens.shape[1] == 1 else new_lengths)
   return logits, kv_cache.append(cache, new_k, new_v, new_lengths)
@@ -53,16 +61,15 @@ def full_logits(params, cfg, dtype, tokens, lengths=None):
   TRACE_COUNTS["full_logits"] += 1
   b = tokens.shape[0]
   cache = kv_cache.init_cache(cfg, b, 0, dtype)
-  logits, _, _ = Decoder(cfg, dtype).apply(
-      {"params": params}, tokens, cache.k, cache.v, cache.positions, cache.lengths,
-      new_lengths=lengths)
+  logits, _, _ = _forward(params, cfg, dtype, tokens, cache.k, cache.v, cache.positions,
+                          cache.lengths, new_lengths=lengths)
   return logits
 
 
 def unrolled_decode_default() -> bool:
-  """Whether decode loops unroll the layers (decoder.decode_unrolled) by default: on CPU, where
-  the layer scan's per-step slices are copies (profiled), at the cost of a second copy of the
-  layer weights while the loop runs. Elsewhere the scan (one compiled layer) stays."""
+  """Whether decode loops unroll the layers (decoder.decode_unrolled) by default, and models
+  hold their weights per layer (decoder.unstack_params): on CPU, where the layer scan's
+  per-step slices are copies (profiled). Elsewhere the scan (one compiled layer) stays."""
   return jax.default_backend() == "cpu"
 
 
@@ -72,7 +79,8 @@ def _one_token_step(params, cfg, dtype, unrolled: bool):
   if not unrolled:
     ones = lambda tokens: jnp.ones(tokens.shape, jnp.int32)
     return lambda cache, tokens: extend(params, cfg, dtype, cache, tokens[:, None], ones(tokens))
-  layer_params = decoder_lib.split_layers(params)   # sliced once, outside the loop
+  # Per-layer already where they are held so (CPU); else sliced once, outside the loop.
+  layer_params = decoder_lib.split_layers(params)
 
   def step(cache, tokens):
     logits, k, v, positions = decoder_lib.decode_unrolled(

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
+from dpsynrag_jax.models import decoder as decoder_lib
 from dpsynrag_jax.models import gguf_loader, inference, kv_cache, weight_maps
 from dpsynrag_jax.models.checkpoint import (CheckpointError, read_json, read_safetensors,
                                             resolve_checkpoint_dir)
@@ -79,7 +80,10 @@ class LanguageModel:
   def __init__(self, cfg: DecoderConfig, params, tokenizer, dtype=jnp.float32,
                eos_ids: Sequence[int] = (), source: str = ""):
     self.config = cfg
-    self.params = params
+    # On CPU the weights are held per layer, once: no program then slices a second copy of them
+    # out of the stack (decoder.unstack_params).
+    self.params = (decoder_lib.unstack_params(params) if inference.unrolled_decode_default()
+                   else params)
     self.tokenizer = tokenizer
     self.dtype = dtype
     self.source = source
