@@ -217,8 +217,8 @@ class Decoder(nn.Module):
   """Token ids -> logits, extending a KV cache.
 
   Layers are one nn.scan over stacked parameters: one compiled layer whatever the depth. On
-  CPU the one-token decode step inside a while loop runs `decode_unrolled` instead (same
-  parameters; see there why).
+  CPU, models hold their parameters per layer (unstack_params) and run `forward_unrolled` and,
+  inside decode loops, `decode_unrolled` instead (the same layers; see there why).
   """
   cfg: DecoderConfig
   dtype: jnp.dtype = jnp.float32
