@@ -213,6 +213,21 @@ def _output_logits(cfg: DecoderConfig, dtype, x: jax.Array, head: jax.Array) -> 
   return _softcap(logits, cfg.final_logit_softcap)
 
 
+def _new_positions(cfg: DecoderConfig, tokens, lengths, new_lengths):
+  """(positions [B, S], rope (cos, sin), valid [B, S] bool or None) of S new tokens per row."""
+  positions = lengths[:, None] + jnp.arange(tokens.shape[1])[None, :]
+  valid = (None if new_lengths is None else
+           jnp.arange(tokens.shape[1])[None, :] < new_lengths[:, None])
+  return positions, rope.cos_sin(cfg, positions), valid
+
+
+def _pick(x, logits_index):
+  """Hidden states [B, S, D] -> [B, D] at logits_index [B], or unchanged when it is None."""
+  if logits_index is None:
+    return x
+  return jnp.take_along_axis(x, logits_index[:, None, None], axis=1)[:, 0]
+
+
 class Decoder(nn.Module):
   """Token ids -> logits, extending a KV cache.
 
@@ -244,11 +259,7 @@ class Decoder(nn.Module):
     embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=self.dtype,
                      param_dtype=self.dtype, name="embed")
     x = _embed_tokens(cfg, self.dtype, embed.embedding, tokens)
-    positions = lengths[:, None] + jnp.arange(tokens.shape[1])[None, :]
-    cos, sin = rope.cos_sin(cfg, positions)
-
-    valid = (None if new_lengths is None else
-             jnp.arange(tokens.shape[1])[None, :] < new_lengths[:, None])
+    positions, (cos, sin), valid = _new_positions(cfg, tokens, lengths, new_lengths)
     layers = nn.scan(
         DecoderLayer,
         variable_axes={"params": 0},
@@ -260,9 +271,7 @@ class Decoder(nn.Module):
     x, (new_k, new_v) = layers(x, (cache_k, cache_v, windows), cos, sin, positions,
                                cache_positions, None, valid)
 
-    x = RMSNorm(cfg.rms_norm_eps, cfg.norm_plus_one, name="final_norm")(x)
-    if logits_index is not None:
-      x = jnp.take_along_axis(x, logits_index[:, None, None], axis=1)[:, 0]
+    x = _pick(RMSNorm(cfg.rms_norm_eps, cfg.norm_plus_one, name="final_norm")(x), logits_index)
     if cfg.tie_word_embeddings:
       head = embed.embedding.T
     else:
@@ -314,10 +323,7 @@ def forward_unrolled(params, cfg: DecoderConfig, dtype, tokens, cache_k, cache_v
   the layers unrolled, each applying DecoderLayer with its own weights, in place of the layer
   scan over stacked ones. Same arithmetic, layer by layer, as Decoder."""
   x = _embed_tokens(cfg, dtype, params["embed"]["embedding"], tokens)
-  positions = lengths[:, None] + jnp.arange(tokens.shape[1])[None, :]
-  cos, sin = rope.cos_sin(cfg, positions)
-  valid = (None if new_lengths is None else
-           jnp.arange(tokens.shape[1])[None, :] < new_lengths[:, None])
+  positions, (cos, sin), valid = _new_positions(cfg, tokens, lengths, new_lengths)
   layer = DecoderLayer(cfg, dtype)
   new_k, new_v = [], []
   for i, (lp, window) in enumerate(zip(params["layers"], cfg.layer_windows)):
@@ -325,9 +331,7 @@ def forward_unrolled(params, cfg: DecoderConfig, dtype, tokens, cache_k, cache_v
                             sin, positions, cache_positions, None, valid)
     new_k.append(k)
     new_v.append(v)
-  x = _final_norm(params, cfg, x)
-  if logits_index is not None:
-    x = jnp.take_along_axis(x, logits_index[:, None, None], axis=1)[:, 0]
+  x = _pick(_final_norm(params, cfg, x), logits_index)
   return _head_logits(params, cfg, dtype, x), jnp.stack(new_k), jnp.stack(new_v)
 
 
