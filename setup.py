@@ -27,6 +27,8 @@ EXTRAS_REQUIRE = {
     # Reference implementations for parity tests only; never imported by the package.
     "test": [
         "pytest>=8,<10",
+        # make test runs the suite in one worker per core (compiling is single-threaded).
+        "pytest-xdist>=3.5,<4",
         "hypothesis>=6.100,<7",
         "torch==2.13.0",
         "accelerate>=1.0,<2",

@@ -12,9 +12,12 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # pipelines in many tests, fresh encoder and model instances and CLI subprocesses, and each
 # would otherwise compile the same programs again. Tracing still happens per function, so the
 # tests that count compiled programs (trace counters) are unaffected. A fresh folder per
-# session: nothing compiled by an earlier checkout is ever reused.
-_XLA_CACHE = tempfile.mkdtemp(prefix="dpsynrag-test-xla-cache-")
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _XLA_CACHE)
+# session: nothing compiled by an earlier checkout is ever reused. Under pytest-xdist the
+# workers inherit the folder the controller made, and only the controller removes it.
+_XLA_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _XLA_CACHE = tempfile.mkdtemp(prefix="dpsynrag-test-xla-cache-")
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
@@ -44,4 +47,5 @@ def pytest_collection_modifyitems(items):
 
 def pytest_sessionfinish(session, exitstatus):
   del session, exitstatus
-  shutil.rmtree(_XLA_CACHE, ignore_errors=True)
+  if _XLA_CACHE is not None:
+    shutil.rmtree(_XLA_CACHE, ignore_errors=True)
