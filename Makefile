@@ -22,8 +22,9 @@ $(STAMP): setup.py
 
 # One test worker per core, at most four (pytest-xdist): most of a test's time is XLA compiling
 # tiny programs, which uses one core, so a 2-core machine runs two tests at once. worksteal
-# hands the long end-to-end tests out as workers free up.
-PYTEST := $(PY) -m pytest -q -n auto --maxprocesses=4 --dist worksteal
+# hands the long end-to-end tests out as workers free up. --durations lists the 15 slowest
+# tests after every run, so a CI log says where the suite's time goes.
+PYTEST := $(PY) -m pytest -q -n auto --maxprocesses=4 --dist worksteal --durations=15
 
 test: $(STAMP)
 	$(PYTEST) tests
