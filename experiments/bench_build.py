@@ -296,13 +296,7 @@ def plan(config, workdir: str) -> str:
   sample(). A whole build on an accelerator-sized model would take hours; its clusters'
   shapes need only the encoder."""
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
-  config = config.copy_and_resolve_references()
-  config.unlock()
-  config.runtime.stop_after_rerank = True
-  try:
-    pipeline.build_synthetic_db(config, workdir)
-  except pipeline.PipelineInterrupted:
-    pass
+  pipeline.plan_build(config, workdir)
   return workdir
 
 

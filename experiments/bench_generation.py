@@ -86,6 +86,17 @@ def load_model(model: str, dtype):
                    eos_ids=(tokenizer.eos_token_id,))
 
 
+def _warm_timings(fn, repeats: int) -> list[float]:
+  """Seconds of `repeats` calls of fn after one untimed call (compilation, first touch)."""
+  fn()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return times
+
+
 def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> dict:
   """Best GFLOP/s of an n x n matmul: fp32 in NumPy, JAX and PyTorch (when installed), and in
   JAX at `dtype` too when it is not fp32 (an accelerator's bf16 peak)."""
@@ -93,14 +104,7 @@ def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> dict
   a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
   flops = 2.0 * n**3
 
-  def best(fn):
-    fn()
-    times = []
-    for _ in range(repeats):
-      start = time.perf_counter()
-      fn()
-      times.append(time.perf_counter() - start)
-    return flops / min(times) / 1e9
+  best = lambda fn: flops / min(_warm_timings(fn, repeats)) / 1e9
 
   mm = jax.jit(jnp.matmul)
   out = {"n": n, "numpy": best(lambda: a @ b)}
@@ -149,14 +153,7 @@ def weight_matmul_ceiling(cfg, rows, dtype: str = "float32", repeats: int = 7) -
       x = x + (silu(x @ w["gate"]) * (x @ w["up"])) @ w["down"]
     return x @ head, new_kv
 
-  def median_seconds(fn):
-    fn()
-    times = []
-    for _ in range(repeats):
-      start = time.perf_counter()
-      fn()
-      times.append(time.perf_counter() - start)
-    return statistics.median(times)
+  median_seconds = lambda fn: statistics.median(_warm_timings(fn, repeats))
 
   step = jax.jit(lambda x, layers, head: chain(x, layers, head, jax.nn.silu))
   j_layers = jax.tree_util.tree_map(lambda w: jnp.asarray(w, dtype), layers)

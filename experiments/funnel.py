@@ -271,13 +271,7 @@ _TASK_OF_DATA = {"medical_synth": "medical", "movielens": "movielens", "searchqa
 
 def plan(config, workdir: str, num_questions: int) -> dict:
   """Clusters of the build config `config` (decoding skipped) scored on validation questions."""
-  config = config.copy_and_resolve_references()
-  config.unlock()
-  config.runtime.stop_after_rerank = True
-  try:
-    pipeline.build_synthetic_db(config, workdir)
-  except pipeline.PipelineInterrupted:
-    pass
+  pipeline.plan_build(config, workdir)
   if config.data.name not in _TASK_OF_DATA:
     raise ValueError(f"--plan needs a dataset with gold answers, got {config.data.name!r}.")
   task = load_task(_TASK_OF_DATA[config.data.name], path=config.data.path,

@@ -268,6 +268,19 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
   return summary
 
 
+def plan_build(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Runs the build of `config` in `workdir` up to its re-ranking (runtime.stop_after_rerank):
+  its clusters are chosen, nothing is decoded or released. A planned work dir is resumed, not
+  redone. `config` itself is left as it is."""
+  config = config.copy_and_resolve_references()
+  config.unlock()
+  config.runtime.stop_after_rerank = True
+  try:
+    build_synthetic_db(config, workdir)
+  except PipelineInterrupted:
+    pass
+
+
 # ---- the phases' steps, in the order build_synthetic_db runs them ---------------------------
 
 def _devices(count: int):
