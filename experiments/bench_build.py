@@ -1,7 +1,7 @@
 """Whole-build benchmark: the private decode of a real build's clusters, and whole builds.
 
     python -m experiments.bench_build --build_dir=runs/paper_cpu/eval/dp_synrag/<build> \
-        --clusters=60 --json_out=docs/performance/bench_build.json
+        --clusters=60 --json_out=docs/performance/evaluation/bench_build.json
     python -m experiments.bench_build --config=experiments/configs/medical_synth.py:paper_cpu \
         --whole --workdir=runs/bench_whole --json_out=...
 
@@ -23,8 +23,10 @@ Both report, in one run: wall seconds per phase (sample mode: compile warm-up an
 useful GFLOP/s (only real document rows and the tokens actually decoded: experiments.
 bench_generation.nominal_flops per cluster at its decoded length), the fraction of this
 machine's matmul peak measured in the same run, the rows decoded against the real ones, and
-the process's peak RSS. Figures are aggregates over clusters (an evaluation artifact, like the
-funnel), never per cluster.
+the process's peak RSS. Figures are aggregates over clusters, never per cluster; but they
+count the private clusters (empty ones, real rows), so the report is an evaluation artifact
+(dpsynrag_jax.evaluation_artifacts): labelled, not differentially private, and --json_out is
+refused beside released files. Its notice goes to stderr; stdout is the report alone.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import collections
 import dataclasses
 import json
 import os
+import sys
 import time
 from typing import Sequence
 
@@ -42,11 +45,15 @@ import jax
 from ml_collections import config_flags
 import numpy as np
 
+from dpsynrag_jax import evaluation_artifacts as artifacts
 from dpsynrag_jax import host_memory
 from experiments import bench_generation
 from experiments import cli
 
 FLAGS = flags.FLAGS
+TOOL = "bench_build"
+READS = ("a build's private/ state (cluster members, decoded tokens) and its private "
+         "documents: cluster and row counts")
 
 
 def define_flags() -> None:
@@ -88,7 +95,9 @@ def define_flags() -> None:
                                   "sampled.")
   flags.DEFINE_string("workdir", "", "Whole mode: the build's work dir (resumable); sample "
                       "mode with --config: where the build is planned.")
-  flags.DEFINE_string("json_out", "", "Where to write the report (JSON).")
+  flags.DEFINE_string("json_out", "", "Where to write the report (JSON): an evaluation "
+                      "artifact, refused beside released files (e.g. "
+                      "docs/performance/evaluation/NAME.json).")
 
 
 def config_of_build(build_dir: str):
@@ -382,6 +391,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   cached = cli.start_app()
+  artifacts.announce(TOOL, READS, file=sys.stderr)
+  if FLAGS.json_out:
+    artifacts.check_destination(FLAGS.json_out)   # before the build or the sample runs
   if FLAGS.progress:
     if not FLAGS.workdir:
       raise app.UsageError("--progress needs --workdir.")
@@ -406,12 +418,9 @@ def main(argv):
                     [int(b) for b in FLAGS.row_buckets], FLAGS.decode, FLAGS.per_shape,
                     [int(p) for p in FLAGS.pack_rows], FLAGS.max_rows, FLAGS.first_cluster,
                     FLAGS.tokens_out, FLAGS.model, FLAGS.dtype)
-  text = json.dumps(report, indent=1)
-  print(text)
+  print(json.dumps({artifacts.FIELD: artifacts.label(TOOL, READS), **report}, indent=1))
   if FLAGS.json_out:
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
-    with open(FLAGS.json_out, "w", encoding="utf-8") as f:
-      f.write(text + "\n")
+    artifacts.write_json(FLAGS.json_out, report, TOOL, READS, file=sys.stderr)
 
 
 if __name__ == "__main__":

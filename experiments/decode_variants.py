@@ -3,7 +3,8 @@ the share of tokens paid, at several budgets, side by side.
 
     python -m experiments.decode_variants \
         --build_dir=runs/paper_cpu/eval/dp_synrag/<build> --clusters=60 \
-        --epsilons=3,5,10 --variants=paper,svt20 --json_out=docs/results/beyond_sample/x.json
+        --epsilons=3,5,10 --variants=paper,svt20 \
+        --json_out=docs/results/beyond_sample/evaluation/x.json
 
 The clusters S_r of indices 0 .. n-1 are the build's (chosen at the build's own epsilon); each
 variant re-calibrates c (and the test's epsilon) for each budget as a whole build at that budget
@@ -20,9 +21,10 @@ probability that its disease draw names its majority answer (the exponential mec
 softmax over its documents' counts), averaged, for each variant with topic terms and each
 budget: the topic stage's fidelity without sampling noise, over all clusters in seconds.
 
-Only the decode stage is compared (the histogram and re-ranking are the build's), which is what
-issue 18 asks of a sample. Aggregates only; like the funnel this reads private state and is an
-evaluation artifact.
+Only the decode stage is compared (the histogram and re-ranking are the build's). Aggregates
+only; like the funnel this reads private state (cluster members, the documents' answers), so
+its report is an evaluation artifact (dpsynrag_jax.evaluation_artifacts): labelled, not
+differentially private, and --json_out is refused beside released files.
 """
 
 from __future__ import annotations
@@ -34,10 +36,14 @@ import time
 from absl import app
 from absl import flags
 
+from dpsynrag_jax import evaluation_artifacts as artifacts
 from experiments import bench_build
 from experiments import funnel
 
 FLAGS = flags.FLAGS
+TOOL = "decode_variants"
+READS = ("a build's private/ state (cluster members) and its private documents and their "
+         "answers")
 
 # name -> config overrides of the token mechanism (generation.*), off = the paper's method.
 VARIANTS = {
@@ -45,7 +51,7 @@ VARIANTS = {
     "svt20": {"svt_paid": 20, "svt_threshold": 1.0, "svt_share": 0.5},
     "svt10": {"svt_paid": 10, "svt_threshold": 1.0, "svt_share": 0.5},
     "svt20_prior": {"svt_paid": 20, "svt_threshold": 1.0, "svt_share": 0.5, "omega": 0.1},
-    # Top-k+ (issue 18 item 2): the public top-10 widened by 2 nats, plus Medical Synth's public
+    # Top-k+: the public top-10 widened by 2 nats, plus Medical Synth's public
     # disease, symptom and treatment names (1201 SmolLM2 tokens), no EOS before step 20.
     "topk_plus": {"candidates": 10, "candidate_width": 2.0, "candidate_terms": "medical_synth",
                   "min_length": 20},
@@ -60,7 +66,7 @@ VARIANTS = {
                                 "candidate_terms": "medical_synth", "min_length": 20,
                                 "public_hint": "keyword"},
 }
-# Topic terms (issue 18, round two): one disease and three symptoms per cluster, drawn by
+# Topic terms: one disease and three symptoms per cluster, drawn by
 # exponential mechanisms over how many of S_r's notes name each (synrag.topics), taking
 # privacy.topic_share of each cluster's budget after its threshold and embedding sum.
 _TOPIC = "medical_synth.diseases:1,medical_synth.symptoms:3"
@@ -82,7 +88,9 @@ def define_flags() -> None:
   flags.DEFINE_integer("clusters", 60, "Decode clusters 0 .. clusters-1.")
   flags.DEFINE_list("epsilons", ["3", "5", "10"], "Budgets (epsilon at the build's delta).")
   flags.DEFINE_list("variants", ["paper", "svt20"], f"Names of VARIANTS: {sorted(VARIANTS)}.")
-  flags.DEFINE_string("json_out", "", "Where to write the report (JSON); a .md table beside.")
+  flags.DEFINE_string("json_out", "", "Where to write the report (JSON); a .md table beside. "
+                      "An evaluation artifact: refused beside released files (e.g. "
+                      "docs/results/NAME/evaluation/x.json).")
   flags.DEFINE_bool("expected_topic", False, "Exact expected disease-draw fidelity over every "
                     "pure cluster of the build, for the variants with topic terms; no decode.")
   flags.DEFINE_integer("openings_recall", 0, "> 0: context recall, on this many test "
@@ -316,6 +324,9 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if not FLAGS.build_dir:
     raise app.UsageError("Give --build_dir.")
+  artifacts.announce(TOOL, READS)
+  if FLAGS.json_out:
+    artifacts.check_destination(FLAGS.json_out)   # before the decodes
   epsilons = [float(e) for e in FLAGS.epsilons]
   if FLAGS.expected_topic:
     report, table = expected_topic_fidelity(FLAGS.build_dir, epsilons, FLAGS.variants), None
@@ -326,12 +337,9 @@ def main(argv):
     report = run(FLAGS.build_dir, FLAGS.clusters, epsilons, FLAGS.variants)
     table = markdown(report)
   if FLAGS.json_out:
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
-    with open(FLAGS.json_out, "w", encoding="utf-8") as f:
-      f.write(json.dumps(report, indent=1) + "\n")
+    artifacts.write_json(FLAGS.json_out, report, TOOL, READS)
     if table:
-      with open(os.path.splitext(FLAGS.json_out)[0] + ".md", "w", encoding="utf-8") as f:
-        f.write(table)
+      artifacts.write_text(os.path.splitext(FLAGS.json_out)[0] + ".md", table, TOOL, READS)
   if table:
     print(table)
 

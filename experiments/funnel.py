@@ -20,13 +20,16 @@ evaluation makes it) and its evaluation rows, one table:
 With --plan and a build config (medical_synth.py), the build runs up to the re-ranking only
 (runtime.stop_after_rerank: clusters chosen, nothing decoded) and the funnel's first three
 stages are scored on VALIDATION questions, so settings can be chosen with it without touching
-the test questions and without paying for a decode.
+the test questions and without paying for a decode. The plan scores settings with the
+documents' labels: tuning on them is not private (TUNING_WARNING), so plan on public data.
 
 Each stage bounds the next (up to the majority being only one of a question's routes), so the
 first stage that drops is where a change should aim. The funnel reads private ground truth and
-private build state (cluster members, each cluster's tokens): it is an evaluation artifact,
-written to the build's private/ folder (funnel.json, funnel.md) and to the evaluation work dir,
-never into a release.
+private build state (cluster members, each cluster's tokens): it is an evaluation artifact
+(dpsynrag_jax.evaluation_artifacts), not differentially private, written under evaluation/
+folders only: the build's (DIR/evaluation/funnel.json, .md; a plan's DIR/evaluation/plan.json,
+.md) and the evaluation work dir's (WORKDIR/evaluation/funnel_<dataset>_seed<seed>.json, .md),
+never beside released files.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from absl import flags
 import numpy as np
 
 from dpsynrag_jax import evaluation
+from dpsynrag_jax import evaluation_artifacts as artifacts
 from dpsynrag_jax import digests
 from dpsynrag_jax.data.tasks import Task, load_task
 from dpsynrag_jax.rag import answer as rag_answer
@@ -52,6 +56,16 @@ from experiments import cli
 from experiments import evaluate
 
 PURE = 0.5
+TOOL = "funnel"
+READS = ("the build's private/ state (cluster members, each cluster's tokens) and the "
+         "documents' answers")
+TUNING_WARNING = (
+    "Tuning settings on private labels is not private: this plan scores candidate settings "
+    "with the documents' answers and the build's private cluster members, outside any privacy "
+    "ledger, so settings chosen from it depend on the private data. On a private corpus, tune "
+    "on public data instead (a public benchmark corpus of the same kind, e.g. Medical Synth; "
+    "the validation questions of a public dataset; or a disjoint public sample), then build "
+    "once on the private corpus with the chosen settings.")
 
 
 def _share(hits: Sequence[bool]) -> float | None:
@@ -242,8 +256,16 @@ def headline(funnel: dict) -> str:
           f"context recall {pct(by['context recall'])} of {funnel['questions']} test questions")
 
 
+def write(path: str, funnel: dict, title: str) -> None:
+  """The funnel as an evaluation artifact: JSON at `path` (.json), its table beside it (.md)."""
+  artifacts.write_json(path, funnel, TOOL, READS)
+  artifacts.write_text(os.path.splitext(path)[0] + ".md", markdown(funnel, title), TOOL, READS)
+
+
 def run(config, workdir: str) -> list[dict]:
-  """Funnels of every (dataset, seed) DP-SynRAG build of an evaluation config."""
+  """Funnels of every (dataset, seed) DP-SynRAG build of an evaluation config, written to each
+  build's evaluation/ folder and to workdir/evaluation/."""
+  artifacts.announce(TOOL, READS)
   synrag_only = config.copy_and_resolve_references()
   synrag_only.unlock()
   synrag_only.methods = "dp_synrag"
@@ -257,10 +279,9 @@ def run(config, workdir: str) -> list[dict]:
                           encode=lambda t: lm.encode([t])[0])
     funnel.update({"dataset": row["dataset"], "seed": row["seed"]})
     title = f"Funnel: DP-SynRAG on {row['dataset']}, seed {row['seed']} ({row['build']})"
-    for folder in (os.path.join(build_dir, wd_lib.PRIVATE), workdir):
-      name = "funnel" if folder != workdir else f"funnel_{row['dataset']}_seed{row['seed']}"
-      wd_lib.atomic_write_json(os.path.join(folder, f"{name}.json"), funnel)
-      wd_lib.atomic_write_text(os.path.join(folder, f"{name}.md"), markdown(funnel, title))
+    write(artifacts.evaluation_path(build_dir, "funnel.json"), funnel, title)
+    write(artifacts.evaluation_path(
+        workdir, f"funnel_{row['dataset']}_seed{row['seed']}.json"), funnel, title)
     print(markdown(funnel, title))
     out.append(funnel)
   return out
@@ -270,7 +291,10 @@ _TASK_OF_DATA = {"medical_synth": "medical", "movielens": "movielens", "searchqa
 
 
 def plan(config, workdir: str, num_questions: int) -> dict:
-  """Clusters of the build config `config` (decoding skipped) scored on validation questions."""
+  """Clusters of the build config `config` (decoding skipped) scored on validation questions,
+  written to workdir/evaluation/plan.json (.md), with TUNING_WARNING printed and in both."""
+  artifacts.announce(TOOL, READS)
+  print(f"WARNING: {TUNING_WARNING}", flush=True)
   pipeline.plan_build(config, workdir)
   if config.data.name not in _TASK_OF_DATA:
     raise ValueError(f"--plan needs a dataset with gold answers, got {config.data.name!r}.")
@@ -280,9 +304,12 @@ def plan(config, workdir: str, num_questions: int) -> dict:
   validation = dataclasses.replace(task, test=task.validation)   # never the test questions
   funnel = build_funnel(workdir, validation, None, None)
   funnel["questions_from"] = "validation"
+  funnel["tuning_warning"] = TUNING_WARNING
   title = f"Planned clusters of {workdir} (validation questions)"
-  wd_lib.atomic_write_json(os.path.join(workdir, wd_lib.PRIVATE, "plan.json"), funnel)
-  print(markdown(funnel, title))
+  text = markdown(funnel, title) + f"\n**Warning.** {TUNING_WARNING}\n"
+  artifacts.write_json(artifacts.evaluation_path(workdir, "plan.json"), funnel, TOOL, READS)
+  artifacts.write_text(artifacts.evaluation_path(workdir, "plan.md"), text, TOOL, READS)
+  print(text)
   return funnel
 
 
@@ -292,7 +319,11 @@ def of_build(config, build_dir: str, dataset: str = "medical",
   bench_build --whole) against the evaluation config's test questions: every stage up to
   context recall, and with `answer` the accuracy stages too (the evaluation's reader: its
   model, reader_prompt and answer_tokens, over the funnel's retrieved texts). Written to the
-  build's private/ folder and to `out` (a .json path; a .md beside it) if given."""
+  build's evaluation/ folder and to `out` (a .json path, a .md beside it; refused beside
+  released files: give e.g. docs/results/NAME/evaluation/funnel.json) if given."""
+  artifacts.announce(TOOL, READS)
+  if out:
+    artifacts.check_destination(out)   # before the minutes the funnel takes
   task = evaluation.load_eval_task(config, dataset)
   lm, encoder = evaluation.load_models(config)
   prompt = rag_answer.reader_prompt(config.get("reader_prompt", "paper"), task.name)
@@ -303,10 +334,8 @@ def of_build(config, build_dir: str, dataset: str = "medical",
   funnel.update({"dataset": dataset, "questions_config": "test, first "
                  f"{len(task.test)}"})
   title = f"Funnel: {build_dir} on {dataset} ({len(task.test)} test questions)"
-  targets = [os.path.join(build_dir, wd_lib.PRIVATE, "funnel.json")] + ([out] if out else [])
-  for path in targets:
-    wd_lib.atomic_write_json(path, funnel)
-    wd_lib.atomic_write_text(os.path.splitext(path)[0] + ".md", markdown(funnel, title))
+  for path in [artifacts.evaluation_path(build_dir, "funnel.json")] + ([out] if out else []):
+    write(path, funnel, title)
   print(markdown(funnel, title))
   return funnel
 
@@ -334,5 +363,6 @@ if __name__ == "__main__":
   flags.DEFINE_bool("answer", False, "With --build_dir: also answer the test questions with "
                     "the evaluation's reader over the retrieved texts (the accuracy stages).")
   flags.DEFINE_string("json_out", "", "With --build_dir: also write the funnel here (.json, "
-                      "and .md beside it).")
+                      "and .md beside it); an evaluation artifact, refused beside released "
+                      "files (e.g. docs/results/NAME/evaluation/funnel.json).")
   app.run(main)

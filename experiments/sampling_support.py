@@ -11,7 +11,8 @@ if the noise covers the span. float32 Gumbel noise from 23-bit uniforms covers 2
 64-bit noise the mechanisms use covers 48.15; the public floor caps the span at 40.
 
 It reads private state (cluster members, documents), so it prints aggregate figures only and
-writes them to WORKDIR/private/sampling_support.json, never next to the release.
+writes them, as an evaluation artifact (dpsynrag_jax.evaluation_artifacts: labelled, not
+differentially private), to WORKDIR/evaluation/sampling_support.json, never next to the release.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from dpsynrag_jax import evaluation_artifacts as artifacts
 from dpsynrag_jax import privacy
 from dpsynrag_jax.data.private_documents import fit_to_budget, load_private_documents
 from dpsynrag_jax.models import dtype_named, load_lm
@@ -33,6 +35,8 @@ from dpsynrag_jax.synrag import pipeline
 from dpsynrag_jax.synrag import workdir as wd_lib
 from dpsynrag_jax.private_decode import PrivatePredictor
 
+TOOL = "sampling_support"
+READS = "a build's private/ state (cluster members, decoded tokens) and its private documents"
 LOW_MODE_RANGE = (-np.log(-np.log1p(-2.0**-24))) - (-np.log(-np.log(np.finfo(np.float32).tiny)))
 
 
@@ -73,7 +77,8 @@ def cluster_spans(lm, predictor: PrivatePredictor, documents, tokens, rows_per_c
 
 def measure(workdir: str, num_clusters: int, rows_per_call: int = 8) -> dict:
   """The spans of the first `num_clusters` non-empty decoded clusters of the build in
-  `workdir`; written to its private/sampling_support.json."""
+  `workdir`; written to its evaluation/sampling_support.json."""
+  artifacts.announce(TOOL, READS)
   wd = wd_lib.Workdir(workdir)
   config = ml_collections.ConfigDict(wd_lib.read_json(wd.path(wd_lib.CONFIG)))
   if pipeline.topic_groups(config):
@@ -115,7 +120,8 @@ def measure(workdir: str, num_clusters: int, rows_per_call: int = 8) -> dict:
                     "share_over_float32_default": float(np.mean(v > LOW_MODE_RANGE)),
                     "share_over_floor": float(np.mean(v > mechanisms.TOKEN_UTILITY_SPAN)),
                     "share_over_64_bit": float(np.mean(v > mechanisms.GUMBEL_RANGE))}
-  wd_lib.atomic_write_json(wd.private_path("sampling_support.json"), report)
+  artifacts.write_json(artifacts.evaluation_path(workdir, "sampling_support.json"), report,
+                       TOOL, READS)
   return report
 
 

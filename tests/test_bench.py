@@ -61,6 +61,9 @@ def test_device_bench_script_on_cpu_with_the_small_shape(tmp_path):
   # first 3 clusters decoded on the 8B layout's small shape in bf16.
   assert "build sample: 3 clusters" in proc.stdout and "s per 100 documents" in proc.stdout
   build = json.loads(build_out.read_text())
+  # It counts the planned build's private clusters: an evaluation artifact, labelled not DP.
+  assert build["evaluation_artifact"]["tool"] == "bench_build"
+  assert build["evaluation_artifact"]["differentially_private"] is False
   assert build["model"] == "random:llama-3.1-8b-small" and build["dtype"] == "bfloat16"
   cfg = bench_generation.RANDOM_SHAPES["llama-3.1-8b-small"]()
   assert build["parameters"] == cfg.num_params() and build["T"] == 8

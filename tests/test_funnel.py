@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from dpsynrag_jax import evaluation_artifacts as artifacts
 from dpsynrag_jax.data.tasks import Task, TaskQuery
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import workdir as wd_lib
@@ -138,22 +139,44 @@ def test_the_app_scores_the_tiny_evaluation_build(tmp_path):
   assert by["context recall"] <= by["database recall"]
   assert by["accuracy"] is not None
   build = out[0]["build"]
-  assert os.path.exists(os.path.join(build, "private", "funnel.json"))   # the private side
-  assert not os.path.exists(os.path.join(build, "funnel.json"))          # never the release
-  assert json.load(open(tmp_path / "funnel_medical_seed0.json"))["questions"] == config.num_test
+  # An evaluation artifact: under the build's evaluation/ folder, labelled not DP; never beside
+  # the released files, nor at the evaluation work dir's top.
+  report = json.load(open(os.path.join(build, "evaluation", "funnel.json")))
+  assert report[artifacts.FIELD]["differentially_private"] is False
+  assert report["stages"] == out[0]["stages"]
+  md = open(os.path.join(build, "evaluation", "funnel.md")).read()
+  assert md.startswith("> **Evaluation artifact** (funnel): reads") and "NOT differentially private" in md
+  assert not os.path.exists(os.path.join(build, "funnel.json"))
+  assert not os.path.exists(tmp_path / "funnel_medical_seed0.json")
+  summary = json.load(open(tmp_path / "evaluation" / "funnel_medical_seed0.json"))
+  assert summary["questions"] == config.num_test and summary[artifacts.FIELD]["tool"] == "funnel"
 
 
-def test_plan_chooses_clusters_without_decoding_on_validation_questions(tmp_path):
+def test_plan_chooses_clusters_without_decoding_on_validation_questions(tmp_path, capsys):
   config = medical_synth.get_config("tiny")
   out = funnel.plan(config, str(tmp_path / "plan"), num_questions=20)
   assert [s["stage"] for s in out["stages"]] == ["clusters", "purity >= 0.5", "coverage"]
   assert out["questions_from"] == "validation" and out["questions"] == 20
   assert not os.path.exists(tmp_path / "plan" / "private" / "generated.jsonl")
+  # Tuning on the private labels is not private: said when it runs and in its report, with
+  # where to tune instead.
+  printed = capsys.readouterr().out
+  assert "WARNING: Tuning settings on private labels is not private" in printed
+  assert "NOT differentially private" in printed
+  assert out["tuning_warning"] == funnel.TUNING_WARNING
+  assert "public benchmark corpus" in funnel.TUNING_WARNING
+  assert "validation questions of a public dataset" in funnel.TUNING_WARNING
+  assert "disjoint public sample" in funnel.TUNING_WARNING
+  plan = json.load(open(tmp_path / "plan" / "evaluation" / "plan.json"))
+  assert plan["tuning_warning"] == funnel.TUNING_WARNING
+  assert plan[artifacts.FIELD]["differentially_private"] is False
+  assert "is not private" in open(tmp_path / "plan" / "evaluation" / "plan.md").read()
+  assert not os.path.exists(tmp_path / "plan" / "private" / "plan.json")
 
 
 def test_sampling_support_measures_real_spans(tmp_path):
   """experiments.sampling_support on a tiny build: the Grislain span never exceeds its bound
-  2 |S| c / tau, and the figures land on the private side."""
+  2 |S| c / tau, and the figures land in the build's evaluation/ folder, labelled not DP."""
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
   from experiments import sampling_support  # pylint: disable=g-import-not-at-top
   workdir = str(tmp_path / "build")
@@ -162,4 +185,6 @@ def test_sampling_support_measures_real_spans(tmp_path):
   assert report["clusters"] == 2
   assert 0 < report["grislain"]["max_span"] <= report["grislain_bound_2_max_size_c"] + 1e-4
   assert report["difference"]["max_span"] > 0
-  assert os.path.exists(os.path.join(workdir, "private", "sampling_support.json"))
+  written = json.load(open(os.path.join(workdir, "evaluation", "sampling_support.json")))
+  assert written[artifacts.FIELD]["tool"] == "sampling_support"
+  assert written["grislain"] == report["grislain"]
