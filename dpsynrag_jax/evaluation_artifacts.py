@@ -25,7 +25,7 @@ from typing import TextIO
 
 from dpsynrag_jax.synrag import workdir as wd_lib
 
-EVALUATION = "evaluation"
+EVALUATION = wd_lib.EVALUATION
 FIELD = "evaluation_artifact"
 NOTICE = ("Evaluation artifact: computed from private state (a build's private/ folder or the "
           "documents' ground truth); its figures are NOT differentially private and it is no "

@@ -59,4 +59,4 @@ if __name__ == "__main__":
   cli.define_compilation_cache()
   flags.DEFINE_string("append", "", "A JSONL/CSV of new documents to add to the finished "
                       "build in --workdir as a new partition.")
-  app.run(main)
+  cli.run(main)

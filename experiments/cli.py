@@ -2,12 +2,16 @@
 tests and other apps can import several apps into one process."""
 
 import os
+import sys
+import traceback
 from typing import Callable
 
 from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
+
+from dpsynrag_jax.synrag.workdir import WorkdirError
 
 FLAGS = flags.FLAGS
 
@@ -52,15 +56,54 @@ def define_config_and_workdir(config_help: str, config_required: bool = True) ->
   flags.mark_flags_as_required(["config", "workdir"] if config_required else ["workdir"])
 
 
-def run_app(run: Callable[..., object], config_help: str) -> None:
-  """Defines the flags and runs `run(config, workdir)` as an absl app (an app's __main__)."""
+# What a user can cause and mend: a bad setting, flag or corpus (ValueError and the data
+# modules' errors derived from it), a missing or unreadable file (OSError), a work dir in
+# another state (WorkdirError). They end the app with one line and exit status 2.
+USER_ERRORS = (ValueError, OSError, WorkdirError, app.UsageError)
+USER_ERROR_STATUS = 2
+
+
+def _fail(message: str) -> None:
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(USER_ERROR_STATUS)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing, with a bad flag value reported as a user error."""
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    _fail(f"{e} (--helpfull lists the flags)")
+  return []   # not reached
+
+
+def run(main: Callable[[list[str]], object]) -> None:
+  """absl's app.run(main), except that a user error (USER_ERRORS) ends the app with one line
+  `error: ...` on stderr and exit status 2 instead of a traceback; --traceback shows it."""
+  if "traceback" not in FLAGS:
+    flags.DEFINE_bool("traceback", False, "On a user error (bad setting, missing file, work "
+                      "dir in another state), print the whole traceback, not one line.")
+
+  def guarded(argv):
+    try:
+      return main(argv)
+    except USER_ERRORS as e:  # pylint: disable=catching-non-exception
+      if FLAGS.traceback:
+        traceback.print_exc()
+      _fail(str(e) or type(e).__name__)
+
+  app.run(guarded, flags_parser=_parse_flags)
+
+
+def run_app(run_fn: Callable[..., object], config_help: str) -> None:
+  """Defines the flags and runs `run_fn(config, workdir)` as an absl app (an app's __main__)."""
 
   def main(argv):
     if len(argv) > 1:
       raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     start_app()
-    run(FLAGS.config, FLAGS.workdir)
+    run_fn(FLAGS.config, FLAGS.workdir)
 
   define_config_and_workdir(config_help)
   define_compilation_cache()
-  app.run(main)
+  run(main)

@@ -33,6 +33,7 @@ import dp_accounting
 from dp_accounting import rdp as dp_rdp
 import numpy as np
 
+from dpsynrag_jax.faults import fault_point
 from dpsynrag_jax.privacy import accounting
 from dpsynrag_jax.privacy import costs
 
@@ -349,6 +350,9 @@ class PrivacyLedger:
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
       f.write(self.to_json())
+      f.flush()
+      os.fsync(f.fileno())
+    fault_point(f"write:{os.path.basename(path)}")
     os.replace(tmp, path)
 
   @classmethod

@@ -7,6 +7,8 @@ import os
 
 import numpy as np
 
+from dpsynrag_jax.faults import fault_point
+
 # faiss announces at INFO which SIMD build it loaded, six lines per process.
 logging.getLogger("faiss.loader").setLevel(logging.WARNING)
 
@@ -27,6 +29,7 @@ def save_index(index, path: str) -> None:
   import faiss  # pylint: disable=g-import-not-at-top
   tmp = path + ".tmp"
   faiss.write_index(index, tmp)
+  fault_point(f"save:{os.path.basename(path)}")
   os.replace(tmp, path)
 
 

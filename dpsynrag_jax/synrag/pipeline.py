@@ -41,6 +41,7 @@ from dpsynrag_jax.models import dtype_named, load_encoder, load_lm
 from dpsynrag_jax.private_decode import PrivatePredictor, decode_many
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import candidates, clustering, keywords, reranking, self_filter
+from dpsynrag_jax.synrag import build_config
 from dpsynrag_jax.synrag import topics
 from dpsynrag_jax.synrag import workdir as wd_lib
 from dpsynrag_jax.synrag.vocabulary import english_vocabulary
@@ -71,6 +72,14 @@ class _Timer:
   def __init__(self, log_path: str | None = None):
     self.seconds: dict[str, float] = {}
     self.log_path = log_path
+    self._pending: list[dict] = []
+
+  def attach(self, log_path: str) -> None:
+    """Logs to `log_path` from now on, with the phases timed before it existed (a build times
+    its loading before it writes anything into the work dir)."""
+    self.log_path = log_path
+    pending, self._pending = self._pending, []
+    wd_lib.append_jsonl(log_path, pending)
 
   @contextlib.contextmanager
   def phase(self, name: str):
@@ -83,9 +92,11 @@ class _Timer:
     logging.info("phase %s done in %.1f s", name, self.seconds[name])
 
   def record(self, name: str, seconds: float, **extra) -> None:
+    record = {"phase": name, "seconds": round(seconds, 3), **extra}
     if self.log_path:
-      wd_lib.append_jsonl(self.log_path, [{"phase": name, "seconds": round(seconds, 3),
-                                           **extra}])
+      wd_lib.append_jsonl(self.log_path, [record])
+    else:
+      self._pending.append(record)
 
 
 def phase_log_name(process: int) -> str:
@@ -113,20 +124,21 @@ def read_phase_log(workdir: str, process: int = 0) -> dict:
 
 
 def calibration_of(config) -> privacy.Calibration:
+  """The noise of a build config (or of a finished build's config.json, options it predates
+  read at their off value)."""
+  config = build_config.with_options(config)
   p = config.privacy
   return privacy.calibrate(
       p.epsilon, p.delta, K=config.keywords.K, L=config.clustering.L, T=config.generation.T,
       tau=config.generation.tau, rho_hist=p.rho_hist, eps_theta=p.eps_theta,
       rho_retr=p.rho_retr, accountant=p.accountant,
-      svt_paid=config.generation.get("svt_paid", 0),
-      svt_share=config.generation.get("svt_share", 0.5),
-      topic_count=topics.total_count(topic_groups(config)),
-      topic_share=p.get("topic_share", 0.5))
+      svt_paid=config.generation.svt_paid, svt_share=config.generation.svt_share,
+      topic_count=topics.total_count(topic_groups(config)), topic_share=p.topic_share)
 
 
 def topic_groups(config) -> list[topics.TermGroup]:
   """The config's topic term lists (generation.topic_terms; none in the paper's method)."""
-  return topics.parse_spec(config.generation.get("topic_terms", ""))
+  return topics.parse_spec(build_config.with_options(config).generation.topic_terms)
 
 
 @dataclasses.dataclass
@@ -160,20 +172,51 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
   distributed.maybe_initialize()
   proc, procs = distributed.process_index(), distributed.process_count()
   lead = proc == 0
+  wd = wd_lib.Workdir(workdir)
+  config = build_config.resolve_in(config, wd)
   if procs > 1 and config.runtime.overwrite:
     raise ValueError("runtime.overwrite is refused with several processes (they would race "
                      "on clearing the work dir); delete the work dir instead.")
-  wd = wd_lib.Workdir(workdir)
-  noise = config.privacy.get("noise", "seeded")
+  # One build per work dir (process 0 holds the lock for all processes of this build).
+  with (wd_lib.BuildLock(workdir) if lead else contextlib.nullcontext()) as lock:
+    return _build(config, wd, lock, proc, procs, lm=lm, encoder=encoder)
+
+
+def _build(config, wd: wd_lib.Workdir, lock: wd_lib.BuildLock | None, proc: int, procs: int, *,
+           lm, encoder) -> dict:
+  """build_synthetic_db's phases, under the work dir's lock (`lock`: process 0's, else None).
+
+  Everything that can refuse the command (settings, models, the corpus, the work dir's state)
+  runs before the first write into the work dir, so a refused command leaves it as it was."""
+  lead = proc == 0
+  noise = config.privacy.noise
+  if lead:
+    wd.check_prepare(config.to_dict(), config.runtime.overwrite)
+  cal = calibration_of(config)
+  timer = _Timer()
+  with timer.phase("load"):
+    lm = lm or load_lm(config.model.lm, dtype=dtype_named(config.model.dtype))
+    encoder = encoder or load_encoder(config.model.encoder)
+    documents, where = load_private_documents(config.data)
+    documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
+                              config.data.too_long)
+    vocab = english_vocabulary(config.keywords.vocabulary_size)
+    # generation.T = 0: each text is its topic opening alone; nothing is decoded.
+    predictor = _predictor(config, cal, lm) if cal.T else None
+  if lead and not config.runtime.overwrite:
+    wd.verify_documents(documents)
+
   secret_path = wd.private_path(wd_lib.NOISE_SEED)
   if lead and wd.prepare(config.to_dict(), config.runtime.overwrite):
-    logging.info("Resuming the interrupted run in %s.", workdir)
+    logging.info("Resuming the interrupted run in %s.", wd.root)
   if lead:   # the secret exists before any other process looks for it
+    lock.prepared = True
+    wd.check_documents(documents)
     seed = privacy.noise_seed(noise, config.seed, secret_path, create=True)
   distributed.barrier("prepared")
   if not lead:
     seed = privacy.noise_seed(noise, config.seed, secret_path, create=False)
-  cal = calibration_of(config)
+  timer.attach(wd.private_path(phase_log_name(proc)))
   logging.info("Calibration: sigma_h=%.4g sigma_mu=%.4g eps_theta=%.3g c/tau=%.5g (%s).",
                cal.sigma_h, cal.sigma_mu, cal.eps_theta, cal.c_over_tau, cal.accountant)
   if noise == "seeded":
@@ -184,19 +227,6 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
   build = _Build(config=config, cal=cal, seed=seed, wd=wd,
                  ledger=privacy.ResumableLedger(wd.private_path("ledger.json"), cal)
                  if lead else None, process=proc, processes=procs)
-  timer = _Timer(wd.private_path(phase_log_name(proc)))
-
-  with timer.phase("load"):
-    lm = lm or load_lm(config.model.lm, dtype=dtype_named(config.model.dtype))
-    encoder = encoder or load_encoder(config.model.encoder)
-    documents, where = load_private_documents(config.data)
-    if lead:
-      wd.check_documents(documents)
-    documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
-                              config.data.too_long)
-    vocab = english_vocabulary(config.keywords.vocabulary_size)
-    # generation.T = 0: each text is its topic opening alone; nothing is decoded.
-    predictor = _predictor(config, cal, lm) if cal.T else None
 
   if lead:   # every mechanism up to the re-ranking, on process 0
     with timer.phase("keywords"):
@@ -213,7 +243,7 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
       selected = _select_all(build, clusters, embeddings)
     with timer.phase("topics"):
       leads = _topic_leads(build, documents, selected)
-    if config.runtime.get("stop_after_rerank", False):
+    if config.runtime.stop_after_rerank:
       raise PipelineInterrupted("Stopped after the re-ranking (runtime.stop_after_rerank); "
                                 "rerun without it to decode.")
     # Every cluster's planned T tokens (whatever EOS does), charged and saved before the first
@@ -262,6 +292,7 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
       "seconds": {k: round(v, 1) for k, v in timer.seconds.items()},
   }
   wd_lib.atomic_write_json(wd.private_path("summary.json"), summary)
+  wd.mark_finished()   # last: a build killed before it reruns its release and summary
   logging.info("Released %d synthetic texts; spent epsilon=%.4f (closed form), %.4f (RDP) at "
                "delta=%g.", len(records), summary["eps_closed_form"],
                summary["eps_dp_accounting_rdp"], summary["delta"])
@@ -294,17 +325,16 @@ def _devices(count: int):
 def _predictor(config, cal, lm) -> PrivatePredictor:
   """The private decode of config.generation at the calibrated c, on runtime.devices."""
   g = config.generation
-  hint = g.get("public_hint", "")
+  hint = g.public_hint
   if hint not in PUBLIC_HINT_KINDS:
     raise ValueError(f"generation.public_hint must be one of {PUBLIC_HINT_KINDS}, got "
                      f"{hint!r}.")
   predictor = PrivatePredictor(
       lm, c=cal.c, tau=cal.tau, T=cal.T, method=g.clip, alpha=g.alpha, omega=g.omega,
-      candidates=g.get("candidates", 0),
-      candidate_ids=candidates.term_token_ids(
-          lm, candidates.public_terms(g.get("candidate_terms", ""))),
-      candidate_width=g.get("candidate_width", 0.0), min_length=g.get("min_length", 0),
-      svt=(dict(threshold=g.get("svt_threshold", 1.0), epsilon_test=cal.epsilon_test, paid=cal.svt_paid)
+      candidates=g.candidates,
+      candidate_ids=candidates.term_token_ids(lm, candidates.public_terms(g.candidate_terms)),
+      candidate_width=g.candidate_width, min_length=g.min_length,
+      svt=(dict(threshold=g.svt_threshold, epsilon_test=cal.epsilon_test, paid=cal.svt_paid)
            if cal.svt_paid else None),
       devices=_devices(config.runtime.devices))
   if hint and not predictor.selector.needs_public_row:
@@ -349,7 +379,7 @@ def _top_keywords(build: _Build, keyword_ids, vocab_size: int) -> np.ndarray:
 def _clusters(config, keyword_ids, top_words, vocab, encoder):
   """(each cluster's leading word id [R'], C_r per cluster): soft clusters over the released
   words, optionally with synonyms merged (post-processing with the public encoder)."""
-  threshold = config.clustering.get("merge_synonyms", 0.0)
+  threshold = config.clustering.merge_synonyms
   if threshold:
     words = [vocab.word(int(w)) for w in top_words]
     groups = clustering.group_synonyms(words, encoder.embed(words), threshold)
@@ -447,7 +477,7 @@ def _public_hints(config, keywords: list[str]) -> list[str]:
   keyword, which the noisy histogram released (it is each synthetic text's "keyword" field),
   so reading it is post-processing: the free and prior tokens can follow the cluster's topic.
   """
-  kind = config.generation.get("public_hint", "")   # checked by _predictor
+  kind = config.generation.public_hint   # checked by _predictor
   return list(keywords) if kind == "keyword" else [""] * len(keywords)
 
 
@@ -510,4 +540,3 @@ def _release(wd: wd_lib.Workdir, records: list[dict], encoder,
              else np.zeros((0, encoder.dim), np.float32))
   rag_index.save_index(rag_index.build_index(vectors), wd.path(wd_lib.INDEX))
   wd_lib.atomic_write_text(wd.path(wd_lib.LEDGER), ledger.ledger.to_json())
-  wd.mark_finished()

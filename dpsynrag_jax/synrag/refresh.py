@@ -103,8 +103,17 @@ def append_documents(workdir: str, documents_path: str, *, lm=None, encoder=None
   """Builds `documents_path` as the next partition of the finished build in `workdir` and
   appends its texts. Returns the updated partitions.json content.
 
-  Raises WorkdirError when `workdir` holds no finished build or the file was appended before.
+  Raises WorkdirError when `workdir` holds no finished build or the file was appended before,
+  and WorkdirLockedError while another build or append runs in `workdir`.
   """
+  with wd_lib.BuildLock(workdir) as lock:
+    return _append(workdir, documents_path, lock, lm=lm, encoder=encoder,
+                   stop_after_clusters=stop_after_clusters)
+
+
+def _append(workdir: str, documents_path: str, lock: wd_lib.BuildLock, *, lm, encoder,
+            stop_after_clusters: int) -> dict:
+  """append_documents under the work dir's lock."""
   wd = wd_lib.Workdir(workdir)
   if not wd.finished:
     raise wd_lib.WorkdirError(f"{workdir} holds no finished build to append to; build it first.")
@@ -129,6 +138,7 @@ def append_documents(workdir: str, documents_path: str, *, lm=None, encoder=None
   if not part.finished:
     _refuse_built_documents(wd, base, config, merged, set(registry.values()) - {k})
   registry[digest] = k
+  lock.prepared = True
   wd_lib.atomic_write_json(registry_path, registry)
   if not part.finished:
     logging.info("Building partition %d from %s.", k, documents_path)

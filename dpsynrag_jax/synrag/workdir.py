@@ -7,23 +7,35 @@
     DIR/partitions.json        released after an append (synrag.refresh): every partition's
                                spend and the per-document guarantee
     DIR/ledgers/               released after an append: each partition's privacy ledger
-    DIR/private/               state to resume; holds private data, NEVER part of a release
+    DIR/private/               state to resume; holds private data, NEVER part of a release;
+                               owner-only (0700)
+    DIR/private/build.lock     held (flock) by the one process building or appending here
+    DIR/evaluation/            reports that read private state (funnels): NOT released, not DP
 
 Writes are atomic (temp file + rename) and appends are flushed and fsynced, so a killed run
 leaves either the old or the new version of a file, never half of one.
+
+One build per work dir: `BuildLock` holds an exclusive lock on private/build.lock for the whole
+build (or append). Two builds in one dir would both write every cluster, and with secret noise
+two noisy copies of each; a second start is refused at once, naming the holder. The lock is the
+kernel's (flock), so a build killed with SIGKILL leaves no stale lock: its resume takes it.
 """
 
 from __future__ import annotations
 
+import datetime
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import socket
 from typing import Any, Iterable
 
 import numpy as np
 
 from dpsynrag_jax import digests
+from dpsynrag_jax.faults import fault_point
 
 CONFIG = "config.json"
 SYNTHETIC_DB = "synthetic_db.jsonl"
@@ -34,11 +46,19 @@ LEDGERS = "ledgers"
 PRIVATE = "private"
 NOISE_SEED = "noise_seed.json"   # under PRIVATE: the secret noise seed (privacy.keys)
 DOCUMENT_DIGESTS = "document_digests.txt"   # private/: one sha256 per document, in order
+LOCK = "build.lock"   # under PRIVATE: the build's exclusive lock and who holds it
 RELEASED_FILES = (CONFIG, SYNTHETIC_DB, INDEX, LEDGER, PARTITIONS, LEDGERS)
+EVALUATION = "evaluation"   # reports that read private state (dpsynrag_jax.evaluation_artifacts)
 
 
 class WorkdirError(RuntimeError):
   """The work directory is in a state the requested run cannot continue from."""
+
+
+class WorkdirLockedError(WorkdirError):
+  """Another process is building (or appending) in the work directory."""
+
+
 
 
 def atomic_write_text(path: str, text: str) -> None:
@@ -47,6 +67,7 @@ def atomic_write_text(path: str, text: str) -> None:
     f.write(text)
     f.flush()
     os.fsync(f.fileno())
+  fault_point(f"write:{os.path.basename(path)}")   # written, not yet in place
   os.replace(tmp, path)
 
 
@@ -62,13 +83,34 @@ def read_json(path: str) -> Any:
 def atomic_save_npy(path: str, array: np.ndarray) -> None:
   tmp = f"{path}.tmp.npy"
   np.save(tmp, array)
+  fault_point(f"save:{os.path.basename(path)}")
   os.replace(tmp, path)
 
 
+def _drop_torn_line(path: str) -> None:
+  """Cuts an unterminated last line (a kill mid-append) off `path`, so that the next append
+  starts a line of its own instead of gluing a record onto half of one."""
+  if not os.path.exists(path) or not os.path.getsize(path):
+    return
+  with open(path, "rb+") as f:
+    f.seek(-1, os.SEEK_END)
+    if f.read(1) == b"\n":
+      return
+    f.seek(0)
+    f.truncate(f.read().rfind(b"\n") + 1)
+
+
 def append_jsonl(path: str, records: Iterable[dict]) -> None:
+  _drop_torn_line(path)
   with open(path, "a", encoding="utf-8") as f:
     for r in records:
-      f.write(json.dumps(r, sort_keys=True) + "\n")
+      line = json.dumps(r, sort_keys=True) + "\n"
+      # Half a line first: a kill at this point leaves the earlier records whole and this one
+      # torn, as a real crash mid-write can (fault injection; read_jsonl drops it).
+      f.write(line[:len(line) // 2])
+      f.flush()
+      fault_point(f"append:{os.path.basename(path)}")
+      f.write(line[len(line) // 2:])
     f.flush()
     os.fsync(f.fileno())
 
@@ -90,6 +132,86 @@ def read_jsonl(path: str) -> list[dict]:
         break
       raise
   return out
+
+
+def make_private_dir(path: str) -> None:
+  """Creates `path` (and its parents) with the private side owner-only: 0700 whatever the
+  umask, and an existing one is narrowed to 0700 too."""
+  os.makedirs(path, mode=0o700, exist_ok=True)
+  os.chmod(path, 0o700)
+
+
+class BuildLock:
+  """An exclusive lock on a work dir for one build or append (a context manager).
+
+  Entering creates what it needs (the dir, private/ owner-only, private/build.lock) and takes
+  a non-blocking flock: a second build in the dir is refused at once with WorkdirLockedError
+  naming the holder (host, pid, start time). The kernel drops the lock when its process ends,
+  however it ends, so after a crash or SIGKILL the resume takes it at once.
+
+  `prepared`: set it once the build has written into the dir. Leaving with an exception before
+  that removes what entering created (a refused command leaves the dir as it found it).
+  """
+
+  def __init__(self, root: str):
+    self.root = root
+    self.path = os.path.join(root, PRIVATE, LOCK)
+    self.prepared = False
+    self._fd = None
+    self._before = b""
+    self._created: list[str] = []
+
+  def __enter__(self) -> "BuildLock":
+    private = os.path.join(self.root, PRIVATE)
+    for d in (self.root, private):
+      if not os.path.isdir(d):
+        self._created.append(d)
+    make_private_dir(private)
+    if not os.path.exists(self.path):
+      self._created.append(self.path)
+    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = os.read(fd, 4096).decode("utf-8", "replace").strip()
+      os.close(fd)
+      self._remove_created()
+      try:
+        who = json.loads(holder)
+        who = f"pid {who['pid']} on host {who['host']}, started {who['started']}"
+      except (ValueError, KeyError, TypeError):
+        who = "another process"
+      raise WorkdirLockedError(
+          f"{self.root} is in use by another build ({who}); wait for it to end, or stop it. "
+          "Two builds in one work dir would release every text twice.") from None
+    self._before = os.pread(fd, 4096, 0)   # put back if the command is refused
+    os.ftruncate(fd, 0)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    os.pwrite(fd, json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                              "started": started}).encode("utf-8"), 0)
+    self._fd = fd
+    return self
+
+  def __exit__(self, exc_type, exc, tb) -> None:
+    if exc_type is not None and not self.prepared:   # while still holding the lock
+      if self.path not in self._created:
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, self._before, 0)
+      self._remove_created()
+    fcntl.flock(self._fd, fcntl.LOCK_UN)
+    os.close(self._fd)
+    self._fd = None
+
+  def _remove_created(self) -> None:
+    for path in reversed(self._created):
+      try:
+        if os.path.isdir(path):
+          os.rmdir(path)   # only if still empty
+        else:
+          os.remove(path)
+      except OSError:
+        pass
+    self._created = []
 
 
 class Workdir:
@@ -121,73 +243,102 @@ class Workdir:
     budget still counts. In secret mode clear() removes the old secret and the new build draws
     its own.
     """
+    self.check_prepare(config_dict, overwrite)
+    config_path = self.path(CONFIG)
+    resuming = os.path.exists(config_path) and not overwrite
+    if os.path.exists(config_path) and overwrite:
+      # Secret noise: clear() removes the old secret and the new build draws its own.
+      self.clear()
+    make_private_dir(self.private)
+    atomic_write_json(config_path, config_dict)  # on a resume, runtime knobs may differ
+    return resuming
+
+  def check_prepare(self, config_dict: dict, overwrite: bool) -> None:
+    """prepare()'s refusals (WorkdirError), without writing anything: a build checks them
+    before its slow loading, and a refused command leaves the dir as it was."""
     config_path = self.path(CONFIG)
     if os.path.exists(config_path) and overwrite:
       old_seed = read_json(config_path).get("seed")
-      seeded = config_dict.get("privacy", {}).get("noise", "seeded") == "seeded"
-      # Secret noise: clear() removes the old secret and the new build draws its own.
-      if seeded and old_seed == config_dict.get("seed"):
+      if (config_dict["privacy"]["noise"] == "seeded" and
+          old_seed == config_dict.get("seed")):
         raise WorkdirError(
             f"{self.root} holds a build with seed {old_seed}; overwriting it with the same seed "
             "would release new outputs with the same noise as the old ones. Pass a new "
             "--config.seed, or delete the work dir if nothing of the old build was released.")
-      self.clear()
-    os.makedirs(self.private, exist_ok=True)
+      return
     if self.finished:
       raise WorkdirError(
           f"{self.root} holds a finished run; pass a new --workdir, or --config.runtime."
           "overwrite=True with a new --config.seed to build again.")
-    if os.path.exists(config_path):
-      if comparable_config(read_json(config_path)) != comparable_config(config_dict):
-        raise WorkdirError(
-            f"{self.root} holds an interrupted run with a different config; resume it with the "
-            "same config, or start over in a new work dir.")
-      atomic_write_json(config_path, config_dict)  # runtime knobs may differ
-      return True
-    atomic_write_json(config_path, config_dict)
-    return False
+    if os.path.exists(config_path) and (comparable_config(read_json(config_path)) !=
+                                        comparable_config(config_dict)):
+      raise WorkdirError(
+          f"{self.root} holds an interrupted run with a different config; resume it with the "
+          "same config, or start over in a new work dir.")
 
   def clear(self) -> None:
-    """Removes the released files (those of appended partitions too) and all private state."""
-    for name in RELEASED_FILES:
+    """Removes the released files (those of appended partitions too) and all private state but
+    the lock (the build that clears the dir holds it)."""
+    # evaluation/: reports of the old build (funnels), which would describe the wrong one.
+    for name in RELEASED_FILES + (EVALUATION,):
       path = self.path(name)
       if os.path.isdir(path):
         shutil.rmtree(path)
       elif os.path.exists(path):
         os.remove(path)
-    if os.path.isdir(self.private):
+    if os.path.isdir(self.private) and not os.path.exists(self.private_path(LOCK)):
       shutil.rmtree(self.private)
+    elif os.path.isdir(self.private):
+      for name in os.listdir(self.private):
+        if name == LOCK:
+          continue
+        path = self.private_path(name)
+        if os.path.isdir(path) and not os.path.islink(path):
+          shutil.rmtree(path)
+        else:
+          os.remove(path)
 
   def holds_finished(self, config_dict: dict) -> bool:
     """A finished run of this config (runtime knobs aside) is here and can be reused."""
     return self.finished and (comparable_config(read_json(self.path(CONFIG))) ==
                               comparable_config(config_dict))
 
+  def recorded_config(self) -> dict | None:
+    """The config.json of the build in this dir, or None."""
+    path = self.path(CONFIG)
+    return read_json(path) if os.path.exists(path) else None
+
   def mark_finished(self) -> None:
     atomic_write_text(self.private_path("FINISHED"), "")
 
   # ---- private state of a build: what resumes it -----------------------------------------
 
-  def check_documents(self, documents) -> None:
-    """Records the private documents' digests; refuses to resume over other documents.
+  def verify_documents(self, documents) -> None:
+    """Refuses to resume over other documents than the build recorded (writes nothing).
 
     Cached keywords, embeddings and cluster members are matched to documents by position: a
     corpus edited between an interruption and its resume would mix two datasets, and a person
-    could land in 2L clusters. The per-document digests let a later append (synrag.refresh)
-    refuse documents already built. Both are private state (they identify the corpus).
+    could land in 2L clusters.
     """
     path = self.private_path("documents.sha256")
-    digest = digests.sequence_sha256(documents)
-    if os.path.exists(path):
-      with open(path, encoding="utf-8") as f:
-        recorded = f.read().strip()
-      if recorded != digest:
-        raise WorkdirError(
-            f"{self.root} holds a build of other documents than the ones loaded now (the corpus "
-            "changed since it was started); resume with the same documents, or start a new "
-            "work dir.")
-    else:
-      atomic_write_text(path, digest + "\n")
+    if not os.path.exists(path):
+      return
+    with open(path, encoding="utf-8") as f:
+      recorded = f.read().strip()
+    if recorded != digests.sequence_sha256(documents):
+      raise WorkdirError(
+          f"{self.root} holds a build of other documents than the ones loaded now (the corpus "
+          "changed since it was started); resume with the same documents, or start a new "
+          "work dir.")
+
+  def check_documents(self, documents) -> None:
+    """Records the private documents' digests; refuses to resume over other documents
+    (verify_documents). The per-document digests let a later append (synrag.refresh) refuse
+    documents already built. Both are private state (they identify the corpus)."""
+    self.verify_documents(documents)
+    path = self.private_path("documents.sha256")
+    if not os.path.exists(path):
+      atomic_write_text(path, digests.sequence_sha256(documents) + "\n")
     if self.document_digests() is None:
       atomic_write_text(self.private_path(DOCUMENT_DIGESTS),
                         "".join(d + "\n" for d in digests.text_sha256s(documents)))

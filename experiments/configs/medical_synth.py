@@ -29,6 +29,7 @@ Sweeps (get_sweep; python -m launch.sweep --config=experiments/configs/medical_s
 
 import ml_collections
 
+from dpsynrag_jax.synrag import build_config
 from launch import grid
 
 APP = "experiments.build_synthetic_db"   # what launch.sweep runs with this config
@@ -38,92 +39,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   if arg not in ("paper", "paper_cpu", "demo", "quick", "tiny"):
     raise ValueError(f"Unknown config arg {arg!r}; expected paper, paper_cpu, demo, quick or "
                      "tiny.")
-  config = ml_collections.ConfigDict()
-  config.seed = 0
-
-  config.data = ml_collections.ConfigDict()
-  config.data.name = "medical_synth"      # or "corpus" with data.path
-  config.data.path = ""                   # docs.jsonl ({"text": ...} per line) or .csv
-  config.data.text_field = "text"
-  config.data.num_documents = 8000        # corpus: 0 keeps all
-  config.data.split_seed = 0
-  config.data.max_doc_tokens = 256        # prompt budget per document
-  config.data.too_long = "truncate"       # or "error"
-
-  config.model = ml_collections.ConfigDict()
-  config.model.lm = "smollm2-135m-instruct"
-  config.model.encoder = "all-minilm-l6-v2"
-  config.model.dtype = "float32"
-
-  config.privacy = ml_collections.ConfigDict()
-  config.privacy.epsilon = 10.0
-  config.privacy.delta = 1e-3
-  config.privacy.rho_hist = 0.1
-  config.privacy.eps_theta = 0.4
-  config.privacy.rho_retr = 0.009
-  config.privacy.accountant = "closed_form"   # or "rdp": same (eps, delta), larger c
-  # Read only with generation.topic_terms; 1 with generation.T = 0 (openings-only texts).
-  config.privacy.topic_share = 0.5
-  # 'secret': the noise seed is 64 CSPRNG bits kept in the build's private/ side (a release).
-  # 'seeded': drawn from the public `seed` (reproducible benchmarks and tests; anyone who knows
-  # the seed can subtract the noise, so such a build is not a private release).
-  config.privacy.noise = "secret"
-
-  config.keywords = ml_collections.ConfigDict()
-  config.keywords.method = "llm"          # or "lexical" (fast, deterministic)
-  config.keywords.K = 10
-  config.keywords.vocabulary_size = 60000
-
-  config.clustering = ml_collections.ConfigDict()
-  config.clustering.R = 500
-  config.clustering.L = 5
-  config.clustering.k = 80
-  config.clustering.rerank = True         # False: S_r = C_r (the paper's ablation)
-  # > 0: keywords whose public-encoder cosine reaches this share a cluster (synonyms); 0: off.
-  config.clustering.merge_synonyms = 0.0
-
-  config.generation = ml_collections.ConfigDict()
-  config.generation.T = 70
-  config.generation.tau = 1.0
-  config.generation.clip = "grislain"     # or "clamp", or "difference" (public + clipped diffs)
-  config.generation.alpha = 1.0
-  config.generation.omega = 0.0           # public prior weight; 0 is the paper
-  # Candidate tokens: > 0 draws each token from the public row's top-n plus the tokens of
-  # candidate_terms ('medical_synth' or a file of public terms); 0 is the whole vocabulary.
-  config.generation.candidates = 0
-  config.generation.candidate_terms = ""
-  # Top-k+ (issue 18): also admit every token within this many nats of the public row's n-th
-  # logit; min_length: no EOS before this step (a text has at least min_length + 1 tokens
-  # unless T is shorter). Both read public data only; 0 is off.
-  config.generation.candidate_width = 0.0
-  config.generation.min_length = 0
-  # The public row's document: '' none (the paper), 'keyword' the cluster's released keyword
-  # (post-processing of the histogram), so free and prior tokens follow the cluster's topic.
-  config.generation.public_hint = ""
-  # Free public tokens (issue 18): > 0 turns on the sparse vector test, with at most this many
-  # paid tokens per text (public); svt_threshold is in documents, svt_share the part of each
-  # paid token's budget that goes to its test. 0 is the paper.
-  config.generation.svt_paid = 0
-  config.generation.svt_threshold = 1.0
-  config.generation.svt_share = 0.5
-  # Topic terms (issue 18): each cluster first draws terms from public lists by exponential
-  # mechanisms over how many of its documents contain each ('list:count,...', e.g.
-  # 'medical_synth.diseases:1,medical_synth.symptoms:3'), and its text starts with them;
-  # privacy.topic_share is the part of each cluster's budget left after its threshold and
-  # embedding sum that they take. '' is the paper. With T = 0 and topic_share = 1 each text is
-  # its terms alone ("Snurfles. Fever, Cough, Sneezing."): nothing is decoded, and the terms
-  # get everything each cluster has left (README, "Topic terms").
-  config.generation.topic_terms = ""
-
-  config.self_filter = ml_collections.ConfigDict()
-  config.self_filter.enabled = True
-  config.self_filter.prompt = "medical"   # a key of FILTER_PROMPTS or a template with {y}
-
-  config.runtime = ml_collections.ConfigDict()
-  config.runtime.devices = 0              # 0: all local devices
-  config.runtime.overwrite = False
-  config.runtime.stop_after_clusters = -1  # tests: simulate an interruption
-  config.runtime.stop_after_rerank = False  # plan a build: clusters only (experiments.funnel)
+  # The paper's method (Table 6) with every field of the schema; presets change fields.
+  config = build_config.default_config()
 
   if arg == "paper_cpu":
     # Everything of Table 6 (K 10, R 500, L 5, k 80, T 70, eps 10, delta 1e-3, rho_hist 0.1,
