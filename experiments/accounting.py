@@ -53,6 +53,7 @@ import numpy as np
 
 from dpsynrag_jax import privacy
 from dpsynrag_jax.privacy import bounded_range
+from experiments import cli
 
 # Per-cluster parts of rho: (report name, ledger entry kind).
 CLUSTER_PARTS = (("threshold", "exponential"), ("embedding_sum", "gaussian"),
@@ -362,4 +363,4 @@ def main(argv):
 if __name__ == "__main__":
   from absl import app  # pylint: disable=g-import-not-at-top
   _define_flags()
-  app.run(main)
+  cli.run(main)

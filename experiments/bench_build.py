@@ -426,4 +426,4 @@ def main(argv):
 if __name__ == "__main__":
   define_flags()
   cli.define_compilation_cache()
-  app.run(main)
+  cli.run(main)

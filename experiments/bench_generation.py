@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpsynrag_jax.models.presets import DTYPES, dtype_named
+from experiments import cli
 
 
 def define_flags() -> None:
@@ -365,4 +366,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

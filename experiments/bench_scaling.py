@@ -17,9 +17,10 @@ import os
 import tempfile
 import time
 
-from absl import app
 from absl import flags
 import numpy as np
+
+from experiments import cli
 
 def scaling_exponent(sizes, seconds) -> float:
   """Slope of log(seconds) against log(size)."""
@@ -80,4 +81,4 @@ if __name__ == "__main__":
   flags.DEFINE_string("config", "quick", "medical_synth config arg.")
   flags.DEFINE_float("clusters_per_document", 24 / 2000, "R / N.")
   flags.DEFINE_string("json_out", "", "Where to write the JSON report.")
-  app.run(main)
+  cli.run(main)

@@ -38,6 +38,7 @@ from absl import flags
 
 from dpsynrag_jax import evaluation_artifacts as artifacts
 from experiments import bench_build
+from experiments import cli
 from experiments import funnel
 
 FLAGS = flags.FLAGS
@@ -346,4 +347,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

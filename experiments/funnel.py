@@ -365,4 +365,4 @@ if __name__ == "__main__":
   flags.DEFINE_string("json_out", "", "With --build_dir: also write the funnel here (.json, "
                       "and .md beside it); an evaluation artifact, refused beside released "
                       "files (e.g. docs/results/NAME/evaluation/funnel.json).")
-  app.run(main)
+  cli.run(main)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 
-from absl import app
 from absl import flags
 import jax
 import jax.numpy as jnp
@@ -34,6 +33,7 @@ from dpsynrag_jax.privacy import mechanisms
 from dpsynrag_jax.synrag import pipeline
 from dpsynrag_jax.synrag import workdir as wd_lib
 from dpsynrag_jax.private_decode import PrivatePredictor
+from experiments import cli
 
 TOOL = "sampling_support"
 READS = "a build's private/ state (cluster members, decoded tokens) and its private documents"
@@ -133,4 +133,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)
