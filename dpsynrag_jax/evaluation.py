@@ -7,6 +7,17 @@ that build (`synrag_build_dir`: one per config digest, shared by every app in a 
 the settings that decide a result row (`method_settings`, keyed by `settings_digest`), and the
 row itself (`evaluate_method`: accuracy, context recall, leakage, epsilon). The experiment apps
 (experiments/) parse flags, loop and write tables.
+
+What an evaluation releases is public settings only. The DP-SynRAG build config carries the
+evaluation config's own num_documents (a cap, 0 = all) and no local path: the harness hands the
+build its documents (baselines.DPSynRAG(documents=...)). Result rows are keyed by the digest of
+public settings (`method_settings`: no measured corpus size, no path). What was measured (the
+documents' count and digest, the folder read) stays on the work dir's private side
+(`check_eval_data`), which refuses to key rows of other documents under the same settings.
+
+Every noisy method runs in seeded noise mode (NOISE): the rows are reproducible benchmarks, not
+private releases (anyone who knows a row's seed can redraw its noise); rows say so ("noise")
+and results.json carries BENCHMARK_NOTE.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from dpsynrag_jax import baselines
+from dpsynrag_jax import digests
 from dpsynrag_jax.data.tasks import DATA_OF_TASK, Task, load_task
 from dpsynrag_jax.models import dtype_named, load_encoder, load_lm
 from dpsynrag_jax.rag import answer as rag_answer
@@ -57,6 +69,15 @@ def leave_to_evaluation(pipeline_config: ml_collections.ConfigDict) -> ml_collec
   return pipeline_config
 
 
+# The noise mode of every method the harness makes (privacy.keys.NOISE_MODES): a public seed per
+# row, so results are reproducible (and not private releases).
+NOISE = "seeded"
+BENCHMARK_NOTE = ("Reproducible benchmarks, not private releases: every noisy method drew its "
+                  "noise from its row's public seed (noise 'seeded'), so anyone who knows the "
+                  "seed can redraw and subtract it. Release with noise 'secret'.")
+# Methods that draw no noise.
+NOISELESS = ("non_rag", "rag")
+
 METHOD_NAMES = {"non_rag": "Non-RAG", "rag": "RAG", "dp_synrag": "DP-SynRAG",
                 "dp_synth": "DP-Synth", "dp_rag": "DP-RAG", "aug_pe": "Aug-PE"}
 
@@ -67,6 +88,9 @@ def split_list(text: str) -> list[str]:
 
 def synrag_config(config, task: Task, seed: int):
   """The pipeline config of one DP-SynRAG run: the eval's data, models, seed and budget.
+
+  It is released with the build (config.json) and names the build (config_digest), so it holds
+  what the evaluation config names only: the dataset, the num_documents cap, no path.
 
   Raises ValueError if one of those was set under dp_synrag (it would be ignored).
   """
@@ -81,8 +105,10 @@ def synrag_config(config, task: Task, seed: int):
                        f"{source}; set that instead.")
   c.seed = seed
   c.data.name = DATA_OF_TASK[task.name]
-  c.data.path = config.paths.get(task.name, "") if task.name != "medical" else ""
-  c.data.num_documents = len(task.documents)
+  # Released with the build: no local path (make_method hands the build its documents) and the
+  # evaluation's own cap, never the measured corpus size (private under add/remove-one).
+  c.data.path = ""
+  c.data.num_documents = int(config.num_documents)
   c.data.split_seed = 0
   c.model = config.model.copy_and_resolve_references()
   c.privacy.epsilon = config.epsilon
@@ -106,12 +132,17 @@ def settings_digest(settings: dict) -> str:
 
 def method_settings(name: str, config, task: Task, seed: int, num_queries: int,
                     synrag=None) -> dict:
-  """Everything that decides a method's row: the key of results.jsonl (as settings_digest)."""
+  """Everything public that decides a method's row: the key of results.jsonl (as
+  settings_digest). The documents enter as the config names them (dataset, num_documents cap),
+  never as measured (their count) or where they were read (a local path): check_eval_data
+  guards that one work dir keys only one set of documents under these settings."""
   shared = {"method": name, "dataset": task.name, "seed": seed,
-            "documents": len(task.documents), "test": len(task.test),
+            "num_documents": int(config.num_documents), "test": len(task.test),
             "attacks": config.get("num_attacks", 0), "answer_tokens": config.answer_tokens,
-            "model": config.model.to_dict(), "path": config.paths.get(task.name, ""),
+            "model": config.model.to_dict(),
             "reader": config.get("reader_prompt", "paper"), "attack_reader": "paper"}
+  if name not in NOISELESS and name != "dp_synrag":   # DP-SynRAG's is in its build config
+    shared["noise"] = NOISE
   if name == "dp_synrag":
     build = synrag or synrag_config(config, task, seed)
     return {**shared, "build": wd_lib.config_digest(build.to_dict()), "top_k": task.top_k}
@@ -155,11 +186,12 @@ def _make_method(name, config, task, lm, encoder, seed, workdir, num_queries, sy
   if name == "dp_synrag":
     synrag = synrag or synrag_config(config, task, seed)
     return baselines.DPSynRAG(lm, encoder, synrag, synrag_build_dir(workdir, synrag),
-                              top_k=task.top_k, max_new_tokens=tokens)
+                              top_k=task.top_k, max_new_tokens=tokens,
+                              documents=task.documents)
   if name == "dp_synth":
     return baselines.DPSynth(lm, encoder, task, epsilon=config.epsilon, delta=config.delta,
                              T=config.dp_synth.T, num_batches=config.dp_synth.num_batches,
-                             seed=seed, max_new_tokens=tokens,
+                             seed=seed, noise=NOISE, max_new_tokens=tokens,
                              self_filter_enabled=bool(config.self_filter and
                                                       task.self_filter_prompt))
   if name == "dp_rag":
@@ -169,11 +201,12 @@ def _make_method(name, config, task, lm, encoder, seed, workdir, num_queries, sy
               else {"epsilon_total": budget["budget"]})
     return baselines.DPRAG(lm, encoder, task, **budget,
                            num_queries=num_queries, delta=config.delta, k=r.k, T=r.T,
-                           omega=r.omega, retrieval_share=r.retrieval_share, seed=seed)
+                           omega=r.omega, retrieval_share=r.retrieval_share, seed=seed,
+                           noise=NOISE)
   if name == "aug_pe":
     return baselines.AugPE(lm, encoder, task, epsilon=config.epsilon, delta=config.delta,
                            population=config.aug_pe.population,
-                           iterations=config.aug_pe.iterations, seed=seed,
+                           iterations=config.aug_pe.iterations, seed=seed, noise=NOISE,
                            answer_tokens=tokens)
   raise ValueError(f"Unknown method {name!r}; expected one of {sorted(METHOD_NAMES)}.")
 
@@ -248,7 +281,8 @@ def answers_of(records: Sequence[dict]) -> baselines.Answers:
 
 def evaluate_method(method: baselines.Method, task: Task, queries,
                     attacks: Sequence[str] = (), log_dir: str | None = None) -> dict:
-  """Builds, answers and scores one method; the row of the results table.
+  """Builds, answers and scores one method; the row of the results table (with "noise", the
+  method's noise mode, for a method that draws noise).
 
   `attacks` are extraction questions asked after the benign ones; only their leakage counts.
   With `log_dir` (private: it holds what each answer saw), answers are logged as they come
@@ -273,8 +307,10 @@ def evaluate_method(method: baselines.Method, task: Task, queries,
     seconds_answer += attack_seconds
     if reader is not None:
       method.reader = reader
+  noise = {"noise": method.noise} if method.noise else {}
   return {
       **score_answers(task, queries, out, method.retrieves, attacks, attack_answers),
+      **noise,
       "epsilon": method.epsilon,
       "questions": len(queries),
       "seconds_build": round(built - start, 1),
@@ -367,3 +403,34 @@ def load_eval_task(config, dataset: str) -> Task:
                    num_validation=0, num_test=config.num_test or None, seed=0)
 
 
+def benchmark_note(rows: Sequence[dict]) -> str | None:
+  """BENCHMARK_NOTE when some row drew seeded noise, else None (for the results files)."""
+  return BENCHMARK_NOTE if any(r.get("noise") == "seeded" for r in rows) else None
+
+
+def check_eval_data(workdir: str, config, dataset: str, task: Task) -> None:
+  """Records on the work dir's private side what the evaluation read for `dataset` under its
+  public settings (dataset, num_documents cap): the documents' count and digest and the local
+  path. Rows and builds are keyed by public settings only, so a later run with the same
+  settings over other documents (another copy of the dataset) is refused here instead of
+  reusing rows and builds of the first. The record is an evaluation artifact and private (the
+  corpus size): never published.
+
+  Raises ValueError when the record names other documents.
+  """
+  folder = os.path.join(workdir, wd_lib.PRIVATE, "data")
+  path = os.path.join(folder, f"{dataset}_num_documents{int(config.num_documents)}.json")
+  record = {"dataset": dataset, "num_documents": int(config.num_documents),
+            "documents": len(task.documents),
+            "documents_sha256": digests.sequence_sha256(task.documents),
+            "path": config.paths.get(dataset, "")}
+  if os.path.exists(path):
+    recorded = wd_lib.read_json(path)
+    if recorded["documents_sha256"] != record["documents_sha256"]:
+      raise ValueError(
+          f"{workdir} holds rows and builds of other {dataset} documents under the same "
+          f"settings (num_documents={record['num_documents']}; they were read from "
+          f"{recorded['path'] or 'the vendored data'}): use a new work dir for these.")
+    return
+  os.makedirs(folder, mode=0o700, exist_ok=True)
+  wd_lib.atomic_write_json(path, record)

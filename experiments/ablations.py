@@ -155,6 +155,7 @@ def run(config, workdir: str) -> list[dict]:
   lm, encoder = evaluation.load_models(config)
   for dataset in evaluation.split_list(config.datasets):
     task = evaluation.load_eval_task(config, dataset)
+    evaluation.check_eval_data(workdir, config, dataset, task)
     for seed in [int(s) for s in evaluation.split_list(config.seeds)]:
       for eps in budgets(config):
         for variant in evaluation.split_list(config.variants):
@@ -178,7 +179,7 @@ def run(config, workdir: str) -> list[dict]:
           row = dict(done) if done is not None else {
               "dataset": dataset, "variant": variant, "epsilon_total": eps, "seed": seed,
               "settings": key, "build": os.path.relpath(method.workdir, workdir),
-              "synthetic_texts": len(method.synthetic_texts),
+              "synthetic_texts": len(method.synthetic_texts), "noise": method.noise,
               **{k: result[k] for k in ("accuracy", "context_recall", "epsilon",
                                         "seconds_build", "seconds_answer")}}
           if with_funnel:
@@ -193,7 +194,10 @@ def run(config, workdir: str) -> list[dict]:
   summary = summarize(rows)
   title = config.get("title", "DP-SynRAG ablations")
   with open(os.path.join(workdir, f"{report}.json"), "w", encoding="utf-8") as f:
-    json.dump({"rows": rows, "summary": summary}, f, indent=1)
+    results = {"rows": rows, "summary": summary}
+    if evaluation.benchmark_note(rows):
+      results["note"] = evaluation.benchmark_note(rows)
+    json.dump(results, f, indent=1)
   with open(os.path.join(workdir, f"{report}.md"), "w", encoding="utf-8") as f:
     f.write(markdown(summary, title))
   if with_funnel:

@@ -10,6 +10,10 @@ rows only. DP-SynRAG builds go to WORKDIR/dp_synrag/<dataset>_seed<s>_<config di
 shared by every app run in the same work dir with an equal pipeline config. Answers are logged
 every 10 questions to WORKDIR/private/answers/<row key>/ (they hold the texts each answer saw),
 so a rerun after a crash continues inside a method too, with the same answers and keys.
+
+Rows are keyed by public settings only (no corpus size, no local path); what was read for each
+dataset is recorded under WORKDIR/private/data/ (evaluation.check_eval_data). Every noisy
+method draws seeded noise (evaluation.NOISE): the rows are reproducible benchmarks, and say so.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ import os
 from absl import logging
 
 from dpsynrag_jax import privacy
-from dpsynrag_jax.evaluation import (METHOD_NAMES, SCORING, evaluate_method, load_eval_task,
-                                     load_models, make_method, method_settings, rescore_row,
-                                     settings_digest, split_list)
+from dpsynrag_jax.evaluation import (METHOD_NAMES, SCORING, benchmark_note, check_eval_data,
+                                     evaluate_method, load_eval_task, load_models, make_method,
+                                     method_settings, rescore_row, settings_digest, split_list)
 from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments import cli
 from experiments import reporting
@@ -38,6 +42,7 @@ def run(config, workdir: str, tables: bool = True) -> list[dict]:
   lm, encoder = load_models(config)
   for dataset in split_list(config.datasets):
     task = load_eval_task(config, dataset)
+    check_eval_data(workdir, config, dataset, task)
     attacks = task.attack_queries[:config.get("num_attacks", 0)]
     num_queries = len(task.test) + len(attacks)
     for seed in [int(s) for s in split_list(config.seeds)]:
@@ -74,7 +79,8 @@ def run(config, workdir: str, tables: bool = True) -> list[dict]:
         logging.info("%s", {k: v for k, v in row.items()
                             if "examples" not in k and k != "per_question"})
   if tables:
-    reporting.write_tables(rows, workdir, title="Methods x datasets (mean +- std over seeds)")
+    reporting.write_tables(rows, workdir, title="Methods x datasets (mean +- std over seeds)",
+                           note=benchmark_note(rows))
   return rows
 
 

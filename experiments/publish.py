@@ -69,14 +69,18 @@ def publish(workdir: str, dataset: str, out: str) -> list[str]:
     _check_published_build(out, synrag[0]["build"])   # a restored row: its release is in out
   elif build and not wd_lib.Workdir(build).finished:
     raise ValueError(f"{build} is not a finished build.")
+  if build and os.path.isdir(build):
+    _check_names_no_path(build)
   os.makedirs(out, exist_ok=True)
   if build and os.path.isdir(build):
     for name in BUILD_FILES:
       shutil.copyfile(os.path.join(build, name), os.path.join(out, name))
       written.append(name)
   summary = [s for s in results.get("summary", []) if s.get("dataset") == dataset]
-  wd_lib.atomic_write_json(os.path.join(out, "results.json"),
-                           {"rows": publishable_rows(rows), "summary": summary})
+  published = {"rows": publishable_rows(rows), "summary": summary}
+  if results.get("note"):
+    published["note"] = results["note"]
+  wd_lib.atomic_write_json(os.path.join(out, "results.json"), published)
   written.append("results.json")
   for name in [f"funnel_{dataset}_seed{r['seed']}.{ext}" for r in synrag
                for ext in ("json", "md")] + list(REPORTS):
@@ -85,6 +89,17 @@ def publish(workdir: str, dataset: str, out: str) -> list[str]:
       shutil.copyfile(path, os.path.join(out, name))
       written.append(name)
   return written
+
+
+def _check_names_no_path(build: str) -> None:
+  """Raises if the build's released config names a local data path (evaluation builds made
+  before the evaluation handed the build its documents recorded the folder they read)."""
+  with open(os.path.join(build, wd_lib.CONFIG), encoding="utf-8") as f:
+    path = json.load(f).get("data", {}).get("path", "")
+  if path:
+    raise ValueError(f"{build}/{wd_lib.CONFIG} names the local path {path!r}; a published "
+                     "config must not. Rebuild with the current evaluation, which hands the "
+                     "build its documents instead.")
 
 
 def _check_published_build(out: str, build: str) -> None:

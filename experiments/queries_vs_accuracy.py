@@ -56,7 +56,7 @@ def dp_rag_sessions(config, task, lm, encoder, embeddings: np.ndarray, questions
                              delta=config.delta, k=r.k, T=r.T, omega=r.omega,
                              retrieval_share=r.retrieval_share, seed=seed,
                              session=start // n,   # a key stream of its own per session
-                             embeddings=embeddings)
+                             embeddings=embeddings, noise=evaluation.NOISE)
     method.build()
     began = time.time()
     session = texts[start:start + n]
@@ -108,6 +108,7 @@ def points(config, workdir: str) -> list[dict]:
   lm, encoder = evaluation.load_models(config)
   dataset = evaluation.split_list(config.datasets)[0]
   task = evaluation.load_eval_task(config, dataset)
+  evaluation.check_eval_data(workdir, config, dataset, task)
   questions = task.test[:config.num_questions]
   embeddings = None
 
@@ -122,10 +123,12 @@ def points(config, workdir: str) -> list[dict]:
       return True
     return False
 
-  def add(key, method, eps, n, seed, scores, seconds):
+  def add(key, method, eps, n, seed, scores, seconds, noise=None):
     row = {"dataset": dataset, "method": method, "epsilon_total": eps, "queries": n,
            "seed": seed, "questions": len(questions), "seconds": round(seconds, 1),
            "settings": key, **scores}
+    if noise:
+      row["noise"] = noise
     wd_lib.append_jsonl(path, [row])
     rows.append(row)
     history[key] = row
@@ -142,9 +145,10 @@ def points(config, workdir: str) -> list[dict]:
       key = settings(name, eps, None, seed, synrag)
       if cached(key):
         continue
+      noise = synrag.privacy.noise if synrag is not None else None
       same = _evaluated_row(evaluated, name, config, task, seed, questions, synrag)
       if same is not None:   # experiments.evaluate scored these very answers already
-        add(key, label, eps, None, seed, same, 0.0)
+        add(key, label, eps, None, seed, same, 0.0, noise)
         continue
       start = time.time()
       method = evaluation.make_method(name, config, task, lm, encoder, seed, workdir,
@@ -152,7 +156,7 @@ def points(config, workdir: str) -> list[dict]:
       method.build()
       out = method.answer([q.text for q in questions])
       add(key, label, eps, None, seed, _score(task, questions, out, method.retrieves),
-          time.time() - start)
+          time.time() - start, noise)
     for eps in _numbers(config.epsilons):
       for n in counts:
         key = settings("dp_rag", eps, n, seed)
@@ -166,7 +170,8 @@ def points(config, workdir: str) -> list[dict]:
                               log_path=log)
         # Answering seconds of every run that logged a session (a resumed point's total).
         seconds = sum(r.get("seconds", 0.0) for r in wd_lib.read_jsonl(log))
-        add(key, "DP-RAG", eps, n, seed, _score(task, questions, out, True), seconds)
+        add(key, "DP-RAG", eps, n, seed, _score(task, questions, out, True), seconds,
+            evaluation.NOISE)
   return rows
 
 
@@ -243,7 +248,10 @@ def run(config, workdir: str) -> list[dict]:
   counts = _numbers(config.query_counts, int)
   summary = summarize(rows, counts)
   with open(os.path.join(workdir, "queries_vs_accuracy.json"), "w", encoding="utf-8") as f:
-    json.dump({"rows": rows, "summary": summary}, f, indent=1)
+    results = {"rows": rows, "summary": summary}
+    if evaluation.benchmark_note(rows):
+      results["note"] = evaluation.benchmark_note(rows)
+    json.dump(results, f, indent=1)
   with open(os.path.join(workdir, "queries_vs_accuracy.md"), "w", encoding="utf-8") as f:
     f.write(markdown(summary, counts))
   plot(summary, counts, _numbers(config.epsilons), os.path.join(workdir,

@@ -91,13 +91,18 @@ def bar_plot(summary: Sequence[dict], path: str, metric: str = "accuracy") -> No
   plt.close(fig)
 
 
-def write_tables(rows: Sequence[dict], workdir: str, title: str) -> list[dict]:
-  """results.json (rows and summary), table.md, accuracy.png; returns the summary."""
+def write_tables(rows: Sequence[dict], workdir: str, title: str,
+                 note: str | None = None) -> list[dict]:
+  """results.json (rows, summary and `note`, if any), table.md (the note under the table),
+  accuracy.png; returns the summary."""
   summary = aggregate(rows)
+  results = {"rows": list(rows), "summary": summary}
+  if note:
+    results["note"] = note
   with open(os.path.join(workdir, "results.json"), "w", encoding="utf-8") as f:
-    json.dump({"rows": list(rows), "summary": summary}, f, indent=1)
+    json.dump(results, f, indent=1)
   with open(os.path.join(workdir, "table.md"), "w", encoding="utf-8") as f:
-    f.write(markdown_table(summary, title))
+    f.write(markdown_table(summary, title) + (f"\n{note}\n" if note else ""))
   if summary:
     bar_plot(summary, os.path.join(workdir, "accuracy.png"))
   return summary

@@ -427,6 +427,21 @@ def test_the_other_datasets_evaluate_and_funnel_on_generated_fixtures(dataset, t
   rows = evaluate.run(config, str(tmp_path / "eval"))
   assert {r["method"] for r in rows} == {"Non-RAG", "RAG", "DP-SynRAG", "DP-Synth", "DP-RAG"}
   assert all(r["dataset"] == dataset and r["questions"] == 4 for r in rows)
+  # The build read its documents from the evaluation: its released config names no local
+  # path and the evaluation's cap (0), not the corpus size; the measured size stays private.
+  build = next(r["build"] for r in rows if r["method"] == "DP-SynRAG")
+  released = json.load(open(tmp_path / "eval" / build / "config.json"))
+  assert released["data"]["path"] == "" and released["data"]["num_documents"] == 0
+  assert config.paths[dataset] not in open(tmp_path / "eval" / build / "config.json").read()
+  (record,) = os.listdir(tmp_path / "eval" / "private" / "data")
+  task = evaluation.load_eval_task(config, dataset)
+  assert json.load(open(tmp_path / "eval" / "private" / "data" / record))["documents"] == len(
+      task.documents)
+  # Reproducible benchmarks, and labelled so.
+  assert {r["method"]: r.get("noise") for r in rows} == {
+      "Non-RAG": None, "RAG": None, "DP-SynRAG": "seeded", "DP-Synth": "seeded",
+      "DP-RAG": "seeded"}
+  assert json.load(open(tmp_path / "eval" / "results.json"))["note"] == evaluation.BENCHMARK_NOTE
   out = funnel.run(config, str(tmp_path / "eval"))
   by = {s["stage"]: s["value"] for s in out[0]["stages"]}
   assert by["context recall"] <= by["database recall"] and by["coverage"] is not None
@@ -482,8 +497,10 @@ def _check_restore(publish, eval_dir, out, tmp_path):
   assert publish.restore(out, new) == {log: 0 for log in expected}   # nothing twice
   again = evaluate.run(config, new)
   assert [r["settings"] for r in again] == [r["settings"] for r in rows]
-  assert sorted(os.listdir(new)) == sorted(["accuracy.png", "results.json", "table.md"] +
-                                           list(expected))
+  # Nothing built or answered; private/ holds only the record of the documents read.
+  assert sorted(os.listdir(new)) == sorted(["accuracy.png", "private", "results.json",
+                                            "table.md"] + list(expected))
+  assert os.listdir(os.path.join(new, "private")) == ["data"]
   publish.publish(new, "medical", out)
   published = json.load(open(os.path.join(out, "results.json")))["rows"]
   assert [r["settings"] for r in published] == [r["settings"] for r in rows]

@@ -9,6 +9,13 @@
 
 Privacy: `iterations` Gaussian mechanisms of sensitivity 1, rho = iterations / (2 sigma^2),
 sigma set so that rho = eps_to_zcdp(epsilon, delta). Everything else is post-processing.
+
+Noise (`noise`, base.NoisyMethod): the votes' Gaussian noise is keyed by a secret 64-bit seed
+drawn once per instance by default ('secret'), by the public seed with 'seeded' (reproducible
+benchmarks, the evaluation's mode). The model's sampling of the random and variation texts and
+the draw of the next population stay on the public seed in both modes: they read only public
+prompts and the noisy counts (post-processing), so knowing their randomness reveals nothing the
+noisy counts do not, and the two modes then differ only in the mechanism's noise.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpsynrag_jax import privacy
-from dpsynrag_jax.baselines.base import RetrievalMethod, Retriever
+from dpsynrag_jax.baselines.base import NoisyMethod, RetrievalMethod, Retriever
 from dpsynrag_jax.data.tasks import Task
 
 RANDOM_PROMPTS = {
@@ -36,7 +43,8 @@ VARIATION_PROMPT = ("Rewrite the following text with small changes, keeping its 
 
 
 def round_key(seed: int, round_: int) -> jax.Array:
-  """The PRNG key of voting round `round_`'s noise (privacy.keys stream 'aug_pe')."""
+  """The PRNG key of voting round `round_`'s noise (privacy.keys stream 'aug_pe'); `seed` is
+  the method's noise seed (the public seed in seeded mode)."""
   return privacy.stream_key(seed, "aug_pe", round_)
 
 
@@ -48,26 +56,30 @@ def _noisy_votes(key, private, synthetic, sigma):
   return privacy.gaussian_mechanism(key, counts, sigma)
 
 
-class AugPE(RetrievalMethod):
+class AugPE(NoisyMethod, RetrievalMethod):
   """Args:
     epsilon, delta: the run's budget, spent over `iterations` voting rounds.
     population: synthetic texts per round (the database size).
     iterations: private voting rounds.
     max_new_tokens, temperature: generation of the random and variation texts.
     vote_threshold: noisy vote counts below it are zeroed before drawing.
+    seed: the public seed (generation and population draws; the votes' noise too with
+      noise='seeded').
+    noise: 'secret' (the default: a private release) or 'seeded' (a reproducible benchmark).
   """
   name = "Aug-PE"
 
   def __init__(self, lm, encoder, task: Task, *, epsilon: float = 10.0, delta: float = 1e-3,
                population: int = 64, iterations: int = 2, max_new_tokens: int = 64,
                temperature: float = 1.0, vote_threshold: float = 2.0, seed: int = 0,
-               answer_tokens: int = 48):
+               answer_tokens: int = 48, noise: str = "secret"):
     if population < 1 or iterations < 1:
       raise ValueError("population and iterations must be >= 1.")
     self.lm, self.encoder, self.task = lm, encoder, task
     self.population, self.iterations = population, iterations
     self.text_tokens, self.temperature = max_new_tokens, temperature
-    self.vote_threshold, self.seed = vote_threshold, privacy.check_seed(seed)
+    self.vote_threshold = vote_threshold
+    self._set_noise(seed, noise)
     self.top_k, self.max_new_tokens = task.top_k, answer_tokens
     self.sigma = math.sqrt(iterations / (2.0 * privacy.eps_to_zcdp(epsilon, delta)))
     self.ledger = privacy.PrivacyLedger(epsilon, delta)
@@ -85,7 +97,7 @@ class AugPE(RetrievalMethod):
     rng = np.random.default_rng(self.seed)
     for round_ in range(1, self.iterations + 1):
       self.ledger.record_gaussian(1.0, self.sigma, label=f"round {round_} votes")
-      votes = np.asarray(_noisy_votes(round_key(self.seed, round_), private,
+      votes = np.asarray(_noisy_votes(round_key(self.noise_seed(), round_), private,
                                       jnp.asarray(self.encoder.embed(texts)), self.sigma))
       weights = np.where(votes >= self.vote_threshold, votes, 0.0)
       if weights.sum() <= 0:  # every count drowned in noise: keep the population as is

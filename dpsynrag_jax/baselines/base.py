@@ -6,16 +6,26 @@
 
 Methods that read private data at query time (DP-RAG) charge their ledger on every call; the
 others spend nothing after build (post-processing).
+
+Noise (`NoisyMethod`): a private method draws its noise from the keyed streams of privacy.keys,
+rooted at a noise seed of one of privacy.keys.NOISE_MODES. 'secret' (the default) is 64 CSPRNG
+bits drawn once per method instance: two instances never share noise, whatever their public
+seed. 'seeded' is the public seed: reproducible benchmarks (the evaluation harness asks for it),
+private against no one who knows the seed.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import os
+import secrets
 from typing import Sequence
 
 import numpy as np
 
+from dpsynrag_jax import privacy
+from dpsynrag_jax.privacy.keys import NOISE_MODES
 from dpsynrag_jax.rag import answer as rag_answer
 from dpsynrag_jax.rag import index as rag_index
 
@@ -52,6 +62,55 @@ class Method(abc.ABC):
   @abc.abstractmethod
   def epsilon(self) -> float:
     """Epsilon spent so far at the method's delta (inf when not private)."""
+
+  @property
+  def noise(self) -> str | None:
+    """How the method's noise is drawn (privacy.keys.NOISE_MODES); None: it draws none."""
+    return None
+
+
+# The secret noise seed of a method instance that keeps state to resume, beside that state in
+# its checkpoint_dir (a private folder).
+NOISE_SEED_FILE = "noise_seed.json"
+
+
+class NoisyMethod(Method):
+  """A method that draws noise: `seed` is the public config seed, `noise` the mode.
+
+  `noise_seed()` is what every draw is keyed with: the public seed ('seeded'), or ('secret') 64
+  CSPRNG bits drawn at the instance's first draw. With a checkpoint_dir (state an interrupted
+  run resumes from) the secret is kept there, owner-only, and read back by the resume, so a
+  resumed run draws what the interrupted one drew and releases nothing new; without one it
+  lives in memory only. It is never part of a released output.
+  """
+  seed: int = 0
+  _noise: str = "secret"
+  _noise_seed: int | None = None
+
+  def _set_noise(self, seed: int, noise: str) -> None:
+    if noise not in NOISE_MODES:
+      raise ValueError(f"noise must be one of {NOISE_MODES}, got {noise!r}.")
+    self.seed, self._noise, self._noise_seed = privacy.check_seed(seed), noise, None
+
+  @property
+  def noise(self) -> str:
+    return self._noise
+
+  def noise_seed(self, resuming: bool = False) -> int:
+    """The seed this instance's noise is keyed with (privacy.stream_key's `seed`).
+
+    resuming: the checkpoint_dir holds state drawn with an earlier secret; a missing secret is
+    then an error (new noise would be mixed into a release drawn with the old)."""
+    if self._noise_seed is None:
+      if self._noise == "seeded":
+        self._noise_seed = self.seed
+      elif self.checkpoint_dir:
+        self._noise_seed = privacy.noise_seed(
+            "secret", self.seed, os.path.join(self.checkpoint_dir, NOISE_SEED_FILE),
+            create=not resuming)
+      else:
+        self._noise_seed = secrets.randbits(64)
+    return self._noise_seed
 
 
 class Retriever:

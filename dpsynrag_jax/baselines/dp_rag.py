@@ -10,6 +10,14 @@ ledger refuses a question past the plan.
 Budget per question (zCDP): rho_q = eps_to_zcdp(eps_total, delta) / num_queries; the threshold
 takes retrieval_share * rho_q (eps_r = sqrt(8 rho)), the T tokens the rest
 (`privacy.calibrate_dp_rag`, under either accountant).
+
+Every answer is a release, so the noise matters at once (`noise`, base.NoisyMethod): by default
+('secret') a method instance (a question session) draws 64 CSPRNG bits at its first question
+and keys every question with them, so no two sessions share noise whatever their public seed;
+with a checkpoint_dir (the evaluation's private answer log folder) the secret is kept there and
+a resumed session redraws exactly what it drew. 'seeded' keys the questions with the public seed
+(reproducible benchmarks, the evaluation's mode: anyone who knows the seed can subtract the
+noise, and two datasets evaluated with one seed share it).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import numpy as np
 import tqdm
 
 from dpsynrag_jax import privacy
-from dpsynrag_jax.baselines.base import Answers, Method
+from dpsynrag_jax.baselines.base import Answers, NoisyMethod
 from dpsynrag_jax.data.tasks import Task
 from dpsynrag_jax.private_decode import PrivatePredictor
 
@@ -40,7 +48,8 @@ def answer_template(question: str) -> str:
 
 def question_key(seed: int, session: int, question: int) -> jax.Array:
   """The PRNG key of a session's question (privacy.keys stream 'dp_rag'); folded with 0 for
-  the threshold, 1 for the tokens."""
+  the threshold, 1 for the tokens. `seed` is the method's noise seed (the public seed in seeded
+  mode)."""
   return privacy.stream_key(seed, "dp_rag", session, question)
 
 
@@ -51,7 +60,7 @@ def _select(key, scores, k, eps_r):
   return privacy.select_above(scores, mask, theta)
 
 
-class DPRAG(Method):
+class DPRAG(NoisyMethod):
   """Args:
     task: documents and top_k-style settings.
     epsilon_total, delta: budget for ALL planned questions together, calibrated jointly.
@@ -67,6 +76,8 @@ class DPRAG(Method):
     embeddings: [N, D] unit embeddings of task.documents when already computed (several
       question sessions over one database share them); private, kept in memory only.
     session: which question session this is (sessions of one seed draw independent keys).
+    seed: the public seed (the noise seed with noise='seeded').
+    noise: 'secret' (the default: private answers) or 'seeded' (reproducible benchmarks).
   """
   name = "DP-RAG"
 
@@ -75,7 +86,7 @@ class DPRAG(Method):
                delta: float = 1e-3, k: int = 20, retrieval_share: float = 0.1, T: int = 30,
                tau: float = 1.0, omega: float = 0.01, seed: int = 0,
                embeddings: np.ndarray | None = None, accountant: str = "closed_form",
-               session: int = 0):
+               session: int = 0, noise: str = "secret"):
     if num_queries < 1:
       raise ValueError("num_queries must be >= 1.")
     if (epsilon_total is None) == (epsilon_per_question is None):
@@ -84,7 +95,7 @@ class DPRAG(Method):
       raise ValueError("retrieval_share must be in (0, 1).")
     self.lm, self.encoder, self.task = lm, encoder, task
     self.k, self.T, self.tau, self.omega = k, T, tau, omega
-    self.seed = privacy.check_seed(seed)
+    self._set_noise(seed, noise)
     self.session = int(session)
     if epsilon_per_question is not None:
       self.eps_r, self.c = privacy.calibrate_dp_rag(
@@ -114,7 +125,7 @@ class DPRAG(Method):
     query_vectors = self.encoder.embed(list(questions)) if questions else []
     for q, vector in tqdm.tqdm(list(zip(questions, query_vectors)), desc="DP-RAG questions",
                                unit="question", disable=len(questions) < 2):
-      key = question_key(self.seed, self.session, self.asked)
+      key = question_key(self.noise_seed(), self.session, self.asked)
       self._charge_next_question()
       scores = self.embeddings @ vector
       keep = np.asarray(_select(jax.random.fold_in(key, 0), jnp.asarray(scores),

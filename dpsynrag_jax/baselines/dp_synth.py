@@ -11,6 +11,13 @@ A document's batch is a keyed hash of its text and `num_batches` is a public con
 alone and the number of texts on nothing private. Deriving it from the corpus size,
 ceil(N / batch_size), would let one added document re-partition every other and change how many
 texts are released: no finite epsilon under add/remove neighbouring.
+
+Noise (`noise`, base.NoisyMethod): the batches' token keys come from a secret 64-bit seed by
+default ('secret'), from the public seed with 'seeded' (the evaluation's reproducible
+benchmarks, today's draws exactly). The batch hash stays keyed by the PUBLIC seed in both
+modes: it is not noise. Each batch's text is DP for any fixed partition in which a document's
+batch depends on that document alone, whoever can compute it, so a secret key would protect
+nothing; and a public one keeps the two modes' batches (and a checkpoint's batch digests) equal.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import numpy as np
 import tqdm
 
 from dpsynrag_jax import privacy
-from dpsynrag_jax.baselines.base import RetrievalMethod, Retriever
+from dpsynrag_jax.baselines.base import NoisyMethod, RetrievalMethod, Retriever
 from dpsynrag_jax.data.tasks import Task
 from dpsynrag_jax.synrag import self_filter
 from dpsynrag_jax.synrag import workdir as wd_lib
@@ -31,17 +38,19 @@ from dpsynrag_jax.private_decode import PrivatePredictor, decode_many
 
 
 def batch_of(text: str, seed: int, num_batches: int) -> int:
-  """A document's batch: a keyed hash of its text (independent of every other document)."""
+  """A document's batch: a hash of its text keyed by the public seed (independent of every
+  other document; not noise, see the module docstring)."""
   digest = hashlib.sha256(f"{seed}:{text}".encode("utf-8")).digest()
   return int.from_bytes(digest[:8], "little") % num_batches
 
 
 def batch_key(seed: int, batch: int) -> jax.Array:
-  """The PRNG key of one batch's tokens (privacy.keys stream 'dp_synth')."""
+  """The PRNG key of one batch's tokens (privacy.keys stream 'dp_synth'); `seed` is the
+  method's noise seed (the public seed in seeded mode)."""
   return privacy.stream_key(seed, "dp_synth", batch)
 
 
-class DPSynth(RetrievalMethod):
+class DPSynth(NoisyMethod, RetrievalMethod):
   """Args:
     task: documents, self-filter prompt and top_k.
     epsilon, delta: the whole run's budget.
@@ -49,18 +58,21 @@ class DPSynth(RetrievalMethod):
     num_batches: how many batches (and texts); public, never derived from the corpus size.
     accountant: 'closed_form' or 'rdp', the accountant c is calibrated (and the ledger read)
       with.
+    seed: the public seed (the batch hash; the noise too with noise='seeded').
+    noise: 'secret' (a private release: 64 CSPRNG bits, kept beside the checkpoint when there
+      is one) or 'seeded' (a reproducible benchmark, not private).
   """
   name = "DP-Synth"
 
   def __init__(self, lm, encoder, task: Task, *, epsilon: float = 10.0, delta: float = 1e-3,
                T: int = 70, tau: float = 1.0, num_batches: int = 80, seed: int = 0,
                self_filter_enabled: bool = True, max_new_tokens: int = 48,
-               accountant: str = "closed_form"):
+               accountant: str = "closed_form", noise: str = "secret"):
     if isinstance(num_batches, bool) or int(num_batches) != num_batches or num_batches < 1:
       raise ValueError(f"num_batches must be a positive integer, got {num_batches!r}.")
     self.lm, self.encoder, self.task = lm, encoder, task
     self.T, self.tau, self.num_batches = T, tau, int(num_batches)
-    self.seed = privacy.check_seed(seed)
+    self._set_noise(seed, noise)
     self.self_filter_enabled = self_filter_enabled
     self.top_k, self.max_new_tokens = task.top_k, max_new_tokens
     self.c = privacy.calibrate_dp_synth(epsilon, delta, T=T, tau=tau, accountant=accountant)
@@ -81,10 +93,11 @@ class DPSynth(RetrievalMethod):
     for b in range(self.num_batches):  # every batch charged before any is decoded, in order
       self.ledger.record_tokens(b, self.T, self.c, self.tau)
     tokens = self._decoded(batches)
+    seed = self.noise_seed(resuming=bool(tokens))
     todo = {b: predictor.suffixes(ds) for b, ds in batches.items() if b not in tokens}
     with tqdm.tqdm(total=self.num_batches, initial=self.num_batches - len(todo),
                    desc="DP-Synth decode", unit="batch") as bar:
-      tokens.update(decode_many(predictor, todo, lambda b: batch_key(self.seed, b),
+      tokens.update(decode_many(predictor, todo, lambda b: batch_key(seed, b),
                                 progress=bar, after_group=self._keep(batches)))
     texts = [predictor.text(tokens[b]) for b in range(self.num_batches)]
     keep = np.array([bool(t) for t in texts])
@@ -97,7 +110,10 @@ class DPSynth(RetrievalMethod):
 
   def _digest(self, batch: list[str]) -> str:
     """What decides a batch's tokens besides its key: its documents and the mechanism."""
-    text = "\x00".join([f"{self.c!r}:{self.tau!r}:{self.T}:{self.seed}"] + batch)
+    mechanism = f"{self.c!r}:{self.tau!r}:{self.T}:{self.seed}"
+    if self.noise != "seeded":   # seeded checkpoints keep the digests they were written with
+      mechanism += f":{self.noise}"
+    text = "\x00".join([mechanism] + batch)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
   def _checkpoint(self) -> str | None:

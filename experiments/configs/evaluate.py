@@ -53,6 +53,9 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
   config.methods = "non_rag,rag,dp_synrag,dp_synth,dp_rag"   # aug_pe is available too
   config.seeds = "0"                          # comma-separated
   config.paths = ml_collections.ConfigDict({"movielens": "", "searchqa": ""})
+  # A cap, 0 = every document of the dataset. It is released with the DP-SynRAG build
+  # (data.num_documents) and keys the rows, so it must be a public setting (the paper's 8000
+  # notes, a smaller run's prefix), never a measured corpus size: 0 where a run takes all.
   config.num_documents = 8000
   config.num_test = 1000
   config.answer_tokens = 48
@@ -103,7 +106,10 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
     # The layout the settings are for: a folder of the other layout is refused with a pointer
     # to the matching config.
     config.movielens_layout = "ml-100k" if arg == "movielens_cpu" else "ml-1m"
-    config.num_documents = 674 if arg == "movielens_cpu" else 4083
+    # ml-100k: its whole database pool (674 users after filtering, BUILD_NOTES), so 0 rather
+    # than the measured 674; ml-1m: the paper's 4083 users, a public setting (the loader
+    # refuses a pool smaller than the cap).
+    config.num_documents = 0 if arg == "movielens_cpu" else 4083
     config.num_test = 85 if arg == "movielens_cpu" else 500
     config.num_attacks = 0          # the leakage metric reads the benign answers (pseudonyms)
     synrag_arg = "paper_cpu"
@@ -112,7 +118,7 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
     config.self_filter = False      # SmolLM2-135M cannot judge YES/NO (BUILD_NOTES.md)
   elif arg == "searchqa_cpu":
     config.datasets = "searchqa"
-    config.num_documents = 6591
+    config.num_documents = 0        # every snippet of the local copy (6591, BUILD_NOTES)
     config.num_test = 288
     config.num_attacks = 0          # no private names in SearchQA
     synrag_arg = "paper_cpu"
