@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 from typing import Sequence
 
 from dpsynrag_jax.baselines.base import RetrievalMethod, Retriever
@@ -39,13 +37,13 @@ class DPSynRAG(RetrievalMethod):
 
   @property
   def noise(self) -> str:
-    return self.config.privacy.get("noise", "seeded")
+    return self.config.privacy.noise
 
   def build(self) -> None:
     wd = wd_lib.Workdir(self.workdir)
     if not wd.holds_finished(self.config.to_dict()):
-      build_synthetic_db(self.config, self.workdir, lm=self.lm, encoder=self.encoder,
-                         documents=self.documents)
+      pipeline.build_synthetic_db(self.config, self.workdir, lm=self.lm,
+                                  encoder=self.encoder, documents=self.documents)
     # Only released files are read from here on.
     records = wd_lib.read_jsonl(wd.path(wd_lib.SYNTHETIC_DB))
     index = rag_index.load_index(wd.path(wd_lib.INDEX))
@@ -61,35 +59,3 @@ class DPSynRAG(RetrievalMethod):
   @property
   def synthetic_texts(self) -> list[str]:
     return list(self.retriever.texts) if self.retriever is not None else []
-
-
-def build_synthetic_db(config, workdir: str, *, lm, encoder,
-                       documents: Sequence[str] | None = None) -> dict:
-  """pipeline.build_synthetic_db over `documents` handed in (None: loaded from config.data).
-
-  The pipeline takes them as `documents=` where it has that argument; until then its loader
-  is replaced for this one call by one that returns them (a single-process build: every
-  process of a multi-process build would need the same documents)."""
-  if documents is None:
-    return pipeline.build_synthetic_db(config, workdir, lm=lm, encoder=encoder)
-  if "documents" in inspect.signature(pipeline.build_synthetic_db).parameters:
-    return pipeline.build_synthetic_db(config, workdir, lm=lm, encoder=encoder,
-                                       documents=documents)
-  with _loader_returning(list(documents)):
-    return pipeline.build_synthetic_db(config, workdir, lm=lm, encoder=encoder)
-
-
-@contextlib.contextmanager
-def _loader_returning(documents: list[str]):
-  """pipeline's document loader answers `documents` (with the names the loader gives a task's
-  documents in error messages) while the context is open."""
-  original = pipeline.load_private_documents
-
-  def handed_in(data_config):
-    return list(documents), [f"{data_config.name} document {i}" for i in range(len(documents))]
-
-  pipeline.load_private_documents = handed_in
-  try:
-    yield
-  finally:
-    pipeline.load_private_documents = original

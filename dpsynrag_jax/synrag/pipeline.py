@@ -26,6 +26,7 @@ import dataclasses
 import json
 import os
 import time
+from typing import Sequence
 
 from absl import logging
 import jax
@@ -157,11 +158,14 @@ class _Build:
 
 
 def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=None,
-                       encoder=None) -> dict:
+                       encoder=None, documents: Sequence[str] | None = None) -> dict:
   """Runs Algorithm 1 into `workdir`; returns a summary (budget spent, texts, phase seconds).
 
   lm / encoder: already loaded models to use instead of config.model's (an evaluation that
   answers with the same models loads them once).
+  documents: the private documents, handed in instead of loaded from config.data (the
+  evaluation's task: the released config then names no local path); a resume must hand in the
+  same ones (the work dir's digests check it). Single-process builds only.
 
   Several processes (dpsynrag_jax.distributed; all see `workdir` on a shared file system):
   process 0 runs every mechanism up to the re-ranking and charges every cluster's tokens; then
@@ -178,12 +182,15 @@ def build_synthetic_db(config: ml_collections.ConfigDict, workdir: str, *, lm=No
     raise ValueError("runtime.overwrite is refused with several processes (they would race "
                      "on clearing the work dir); delete the work dir instead.")
   # One build per work dir (process 0 holds the lock for all processes of this build).
+  if documents is not None and procs > 1:
+    raise ValueError("documents= is for single-process builds; with several processes each "
+                     "loads config.data.")
   with (wd_lib.BuildLock(workdir) if lead else contextlib.nullcontext()) as lock:
-    return _build(config, wd, lock, proc, procs, lm=lm, encoder=encoder)
+    return _build(config, wd, lock, proc, procs, lm=lm, encoder=encoder, documents=documents)
 
 
 def _build(config, wd: wd_lib.Workdir, lock: wd_lib.BuildLock | None, proc: int, procs: int, *,
-           lm, encoder) -> dict:
+           lm, encoder, documents) -> dict:
   """build_synthetic_db's phases, under the work dir's lock (`lock`: process 0's, else None).
 
   Everything that can refuse the command (settings, models, the corpus, the work dir's state)
@@ -197,21 +204,27 @@ def _build(config, wd: wd_lib.Workdir, lock: wd_lib.BuildLock | None, proc: int,
   with timer.phase("load"):
     lm = lm or load_lm(config.model.lm, dtype=dtype_named(config.model.dtype))
     encoder = encoder or load_encoder(config.model.encoder)
-    documents, where = load_private_documents(config.data)
+    if documents is None:
+      documents, where = load_private_documents(config.data)
+    else:
+      documents = list(documents)
+      where = [f"{config.data.name} document {i}" for i in range(len(documents))]
+    # The work dir's digests are of the documents as given, before any truncation.
+    given = documents
     documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
                               config.data.too_long)
     vocab = english_vocabulary(config.keywords.vocabulary_size)
     # generation.T = 0: each text is its topic opening alone; nothing is decoded.
     predictor = _predictor(config, cal, lm) if cal.T else None
   if lead and not config.runtime.overwrite:
-    wd.verify_documents(documents)
+    wd.verify_documents(given)
 
   secret_path = wd.private_path(wd_lib.NOISE_SEED)
   if lead and wd.prepare(config.to_dict(), config.runtime.overwrite):
     logging.info("Resuming the interrupted run in %s.", wd.root)
   if lead:   # the secret exists before any other process looks for it
     lock.prepared = True
-    wd.check_documents(documents)
+    wd.check_documents(given)
     seed = privacy.noise_seed(noise, config.seed, secret_path, create=True)
   distributed.barrier("prepared")
   if not lead:

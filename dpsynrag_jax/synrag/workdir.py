@@ -390,6 +390,8 @@ OPTIONAL_FIELDS = {
     ("generation", "svt_paid"): 0,
     ("generation", "svt_threshold"): 1.0,
     ("generation", "svt_share"): 0.5,
+    ("generation", "topic_terms"): "",
+    ("privacy", "topic_share"): 0.5,   # read only with topic_terms
 }
 # Fields that may differ between an interrupted run and its resume (how, not what, is built).
 _RUNTIME_ONLY = (("runtime", "overwrite"), ("runtime", "stop_after_clusters"),
