@@ -138,9 +138,9 @@ def method_settings(name: str, config, task: Task, seed: int, num_queries: int,
   guards that one work dir keys only one set of documents under these settings."""
   shared = {"method": name, "dataset": task.name, "seed": seed,
             "num_documents": int(config.num_documents), "test": len(task.test),
-            "attacks": config.get("num_attacks", 0), "answer_tokens": config.answer_tokens,
+            "attacks": config.num_attacks, "answer_tokens": config.answer_tokens,
             "model": config.model.to_dict(),
-            "reader": config.get("reader_prompt", "paper"), "attack_reader": "paper"}
+            "reader": config.reader_prompt, "attack_reader": "paper"}
   if name not in NOISELESS and name != "dp_synrag":   # DP-SynRAG's is in its build config
     shared["noise"] = NOISE
   if name == "dp_synrag":
@@ -161,7 +161,7 @@ def method_settings(name: str, config, task: Task, seed: int, num_queries: int,
 def dp_rag_budget(config, num_queries: int) -> dict:
   """DP-RAG's budget: epsilon per question, each calibrated alone (the paper's Table 1), or
   config.epsilon over all num_queries questions jointly (dp_rag.epsilon_per_query = 0)."""
-  per_query = config.dp_rag.get("epsilon_per_query", 0.0)
+  per_query = config.dp_rag.epsilon_per_query
   if per_query > 0:
     return {"per_question": per_query}
   return {"budget": config.epsilon}
@@ -173,7 +173,7 @@ def make_method(name: str, config, task: Task, lm, encoder, seed: int, workdir: 
   (ablations, other budgets)."""
   method = _make_method(name, config, task, lm, encoder, seed, workdir, num_queries, synrag)
   if isinstance(method, baselines.RetrievalMethod):
-    method.reader = rag_answer.reader_prompt(config.get("reader_prompt", "paper"), task.name)
+    method.reader = rag_answer.reader_prompt(config.reader_prompt, task.name)
   return method
 
 
