@@ -7,17 +7,24 @@
 The first removes one component at a time (the paper's ablations); the second adds one of this
 project's utility options at a time, at eps 3 and 10. A variant may combine switches with '+'
 (--config.variants=full,rdp+public_prior: one build with both). Writes WORKDIR/<report>.jsonl
-(one row per dataset, variant, budget, seed and build config; a rerun skips finished rows),
-<report>.json and <report>.md, with report = config.report. Builds go where the evaluation's go
-(WORKDIR/dp_synrag/<dataset>_seed<s>_<config digest>), so the full method at the evaluation's
-budget reuses the evaluation's build, and any variant at any budget is built once.
+(one row per dataset, variant, budget, seed and build config; a rerun skips finished rows) and
+the reports WORKDIR/evaluation/<report>.json and <report>.md, with report = config.report.
+Builds go where the evaluation's go (WORKDIR/dp_synrag/<dataset>_seed<s>_<config digest>), so
+the full method at the evaluation's budget reuses the evaluation's build, and any variant at any
+budget is built once.
 
 With config.funnel (on by default), each row also carries its build's utility funnel
-(experiments.funnel) and <report>_funnel.md puts the variants' funnels side by side, so an
-ablation shows at which stage a variant gains or loses, not only by how much. A finished row
-without a funnel (from a run before funnels) gets one on the next run: its build is reused and
-its questions are answered again. Answers are logged under WORKDIR/private/answers/<row key>
-(private: they hold what each answer saw), so a run cut off mid-answers resumes.
+(experiments.funnel) and WORKDIR/evaluation/<report>_funnel.md puts the variants' funnels side
+by side, so an ablation shows at which stage a variant gains or loses, not only by how much. A
+finished row without a funnel (from a run before funnels) gets one on the next run: its build is
+reused and its questions are answered again. Answers are logged under
+WORKDIR/private/answers/<row key> (private: they hold what each answer saw), so a run cut off
+mid-answers resumes.
+
+The reports are evaluation artifacts (dpsynrag_jax.evaluation_artifacts): the funnels read each
+build's private state and every figure is scored against the documents' answers, so they are
+labelled, NOT differentially private, and written under WORKDIR/evaluation/, never beside
+released files.
 """
 
 from __future__ import annotations
@@ -30,10 +37,14 @@ from absl import logging
 import numpy as np
 
 from dpsynrag_jax import evaluation
+from dpsynrag_jax import evaluation_artifacts as artifacts
 from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments import cli
 from experiments import funnel as funnel_lib
 
+TOOL = "ablations"
+READS = ("each variant build's private/ state and the documents' answers (the variants' "
+         "funnels)")
 VARIANTS = ("full", "no_rerank", "no_self_filter", "self_filter", "hard", "synonyms", "rdp",
             "public_prior", "difference", "candidates")
 
@@ -146,6 +157,7 @@ def funnel_markdown(rows: Sequence[dict], title: str) -> str:
 
 
 def run(config, workdir: str) -> list[dict]:
+  artifacts.announce(TOOL, READS)
   os.makedirs(workdir, exist_ok=True)
   report = config.get("report", "ablations")
   with_funnel = config.get("funnel", True)
@@ -193,16 +205,15 @@ def run(config, workdir: str) -> list[dict]:
           logging.info("%s", {k: v for k, v in row.items() if k != "funnel"})
   summary = summarize(rows)
   title = config.get("title", "DP-SynRAG ablations")
-  with open(os.path.join(workdir, f"{report}.json"), "w", encoding="utf-8") as f:
-    results = {"rows": rows, "summary": summary}
-    if evaluation.benchmark_note(rows):
-      results["note"] = evaluation.benchmark_note(rows)
-    json.dump(results, f, indent=1)
-  with open(os.path.join(workdir, f"{report}.md"), "w", encoding="utf-8") as f:
-    f.write(markdown(summary, title))
+  results = {"rows": rows, "summary": summary}
+  if evaluation.benchmark_note(rows):
+    results["note"] = evaluation.benchmark_note(rows)
+  artifacts.write_json(artifacts.evaluation_path(workdir, f"{report}.json"), results, TOOL, READS)
+  artifacts.write_text(artifacts.evaluation_path(workdir, f"{report}.md"),
+                       markdown(summary, title), TOOL, READS)
   if with_funnel:
-    wd_lib.atomic_write_text(os.path.join(workdir, f"{report}_funnel.md"),
-                             funnel_markdown(rows, title))
+    artifacts.write_text(artifacts.evaluation_path(workdir, f"{report}_funnel.md"),
+                         funnel_markdown(rows, title), TOOL, READS)
   return summary
 
 

@@ -5,21 +5,25 @@
 Benign questions are the evaluation's test questions (config.num_test; the paper asks 1000);
 attack questions are "Who is the patient diagnosed with <disease>?" over the public disease list
 (config.num_attacks; the paper asks 100). Runs (or resumes, or reuses) the evaluation in WORKDIR
-and writes WORKDIR/leakage.json and leakage.md. Only counts are written, never the names.
+and writes WORKDIR/evaluation/leakage.json and leakage.md. Only counts are written, never the
+names; still, the counts are taken against the private documents' names, so the reports are
+evaluation artifacts (dpsynrag_jax.evaluation_artifacts): labelled, NOT differentially private,
+and written under WORKDIR/evaluation/, never beside released files.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Sequence
 
 import numpy as np
 
+from dpsynrag_jax import evaluation_artifacts as artifacts
 from experiments import evaluate
 from experiments import cli
 from experiments import reporting
 
+TOOL = "leakage"
+READS = "the private documents' patient names (counts of outputs naming them)"
 
 
 def leakage_summary(rows: Sequence[dict]) -> list[dict]:
@@ -51,12 +55,15 @@ def markdown(summary: Sequence[dict]) -> str:
 
 
 def run(config, workdir: str) -> list[dict]:
+  """Runs (or reuses) the evaluation; writes WORKDIR/evaluation/leakage.json ({"summary": ...},
+  labelled) and leakage.md; returns the summary."""
+  artifacts.announce(TOOL, READS)
   rows = evaluate.run(config, workdir)
   summary = leakage_summary(rows)
-  with open(os.path.join(workdir, "leakage.json"), "w", encoding="utf-8") as f:
-    json.dump(summary, f, indent=1)
-  with open(os.path.join(workdir, "leakage.md"), "w", encoding="utf-8") as f:
-    f.write(markdown(summary))
+  artifacts.write_json(artifacts.evaluation_path(workdir, "leakage.json"), {"summary": summary},
+                       TOOL, READS)
+  artifacts.write_text(artifacts.evaluation_path(workdir, "leakage.md"), markdown(summary), TOOL,
+                       READS)
   return summary
 
 

@@ -3,11 +3,16 @@
     python -m experiments.publish --workdir=runs/movielens_cpu/eval --dataset=movielens \
         --out=docs/results/movielens_cpu
 
-What goes out: the DP-SynRAG build's released files (synthetic_db.jsonl, privacy_ledger.json,
-config.json; the FAISS index is left out, `rag.index` rebuilds it from the texts), the
-evaluation's rows (results.json, table.md) with the example answers of RAG removed (they quote
-the private documents), and the aggregate reports the work dir holds (funnel, queries against
-accuracy, ablations, leakage). Nothing from private/ is ever copied.
+What goes out, at the top of --out: the DP-SynRAG build's released files (synthetic_db.jsonl,
+privacy_ledger.json, config.json; the FAISS index is left out, `rag.index` rebuilds it from the
+texts), the evaluation's rows (results.json, table.md) with the example answers of RAG removed
+(they quote the private documents), and the queries-against-accuracy points
+(queries_vs_accuracy.json, .md). Under --out/evaluation/: the evaluation artifacts the work dir
+holds under WORKDIR/evaluation/ (dpsynrag_jax.evaluation_artifacts), reports that read private
+state and are NOT differentially private: the DP-SynRAG build's funnel
+(funnel_<dataset>_seed<seed>.json, .md), the ablations (ablations.json, .md, ablations_funnel.md:
+each variant's funnel) and leakage (leakage.json, .md: counts of outputs naming a private
+person). Publish them only for a public benchmark corpus. Nothing from private/ is ever copied.
 
     python -m experiments.publish --restore --workdir=runs/searchqa_cpu/eval --dataset=searchqa \
         --out=docs/results/searchqa_cpu
@@ -29,14 +34,19 @@ import shutil
 from absl import app
 from absl import flags
 
+from dpsynrag_jax import evaluation_artifacts as artifacts
 from dpsynrag_jax.synrag import workdir as wd_lib
 
 FLAGS = flags.FLAGS
 # Methods whose example answers may quote private documents verbatim.
 QUOTES_PRIVATE = ("RAG",)
 BUILD_FILES = (wd_lib.SYNTHETIC_DB, wd_lib.LEDGER, wd_lib.CONFIG)
-REPORTS = ("table.md", "queries_vs_accuracy.json", "queries_vs_accuracy.md", "ablations.json",
-           "ablations.md", "ablations_funnel.md", "leakage.json", "leakage.md")
+# Reports published beside the release (the rows' tables and points).
+REPORTS = ("table.md", "queries_vs_accuracy.json", "queries_vs_accuracy.md")
+# Evaluation artifacts (they read private state: funnels, counts of private names), copied from
+# WORKDIR/evaluation/ to OUT/evaluation/; the funnels of the DP-SynRAG builds go there too.
+EVALUATION_REPORTS = ("ablations.json", "ablations.md", "ablations_funnel.md", "leakage.json",
+                      "leakage.md")
 
 
 def publishable_rows(rows: list[dict]) -> list[dict]:
@@ -51,8 +61,8 @@ def publishable_rows(rows: list[dict]) -> list[dict]:
 
 
 def publish(workdir: str, dataset: str, out: str) -> list[str]:
-  """Copies what may be published for `dataset` from the evaluation in `workdir` to `out`;
-  returns the files written."""
+  """Copies what may be published for `dataset` from the evaluation in `workdir` to `out`
+  (evaluation artifacts to out/evaluation/); returns the files written, relative to `out`."""
   results_path = os.path.join(workdir, "results.json")
   if not os.path.exists(results_path):
     raise FileNotFoundError(f"{results_path} is missing: run experiments.evaluate first.")
@@ -82,12 +92,19 @@ def publish(workdir: str, dataset: str, out: str) -> list[str]:
     published["note"] = results["note"]
   wd_lib.atomic_write_json(os.path.join(out, "results.json"), published)
   written.append("results.json")
-  for name in [f"funnel_{dataset}_seed{r['seed']}.{ext}" for r in synrag
-               for ext in ("json", "md")] + list(REPORTS):
+  for name in REPORTS:
     path = os.path.join(workdir, name)
     if os.path.exists(path):
       shutil.copyfile(path, os.path.join(out, name))
       written.append(name)
+  funnels = [f"funnel_{dataset}_seed{r['seed']}.{ext}" for r in synrag for ext in ("json", "md")]
+  for name in funnels + list(EVALUATION_REPORTS):
+    path = artifacts.evaluation_path(workdir, name)
+    if os.path.exists(path):
+      dest = artifacts.check_destination(artifacts.evaluation_path(out, name))
+      os.makedirs(os.path.dirname(dest), exist_ok=True)
+      shutil.copyfile(path, dest)
+      written.append(os.path.join(artifacts.EVALUATION, name))
   return written
 
 

@@ -15,8 +15,11 @@ import pytest
 from dpsynrag_jax import evaluation
 from dpsynrag_jax.data import fixtures
 from dpsynrag_jax.synrag import workdir as wd_lib
+from experiments import ablations
 from experiments import publish
+from experiments.configs import ablations as ablations_config
 from experiments.configs import evaluate as evaluate_config
+from experiments.configs import queries_vs_accuracy as qva_config
 
 RESULTS = os.path.join(os.path.dirname(__file__), "..", "docs", "results")
 # Published evaluations: folder -> (evaluation config arg, dataset).
@@ -118,12 +121,81 @@ def test_published_evaluations_release_public_settings_only(folder):
       assert row["build"].endswith("_" + wd_lib.config_digest(build))
 
 
+@pytest.mark.parametrize("folder", sorted(
+    f for f in EVALUATIONS if os.path.exists(os.path.join(RESULTS, f, "queries_vs_accuracy.json"))))
+def test_published_queries_vs_accuracy_points_are_keyed_by_public_settings(folder):
+  """docs/results/*/queries_vs_accuracy.json: each point's settings digest is that of the
+  current public settings (experiments.queries_vs_accuracy.points), a flat point read from an
+  evaluate row names that row (evaluated_as), and noisy points say they are seeded."""
+  arg, dataset = EVALUATIONS[folder]
+  config = qva_config.get_config(arg)
+  build = _published(folder, wd_lib.CONFIG)
+  evaluated = {r["settings"] for r in _published(folder, "results.json")["rows"]}
+  test = _published(folder, "results.json")["rows"][0]["questions"]
+  points = _published(folder, "queries_vs_accuracy.json")
+  assert points["note"] == evaluation.BENCHMARK_NOTE
+  names = {v: k for k, v in evaluation.METHOD_NAMES.items()}
+  task = _StandIn(dataset, test, {"medical": 10, "movielens": 15}[dataset])
+  for row in points["rows"]:
+    name = names[row["method"]]
+    synrag = None
+    if name == "dp_synrag":
+      synrag = ml_collections.ConfigDict(build)
+      synrag.privacy.epsilon = row["epsilon_total"]
+    shared = evaluation.method_settings(name, config, task, row["seed"], row["questions"],
+                                        synrag=synrag)
+    assert row["settings"] == evaluation.settings_digest(
+        {**shared, "epsilon_total": row["epsilon_total"], "queries": row["queries"],
+         "questions": row["questions"]}), (row["method"], row["queries"])
+    assert row.get("noise") == (None if name in evaluation.NOISELESS else "seeded")
+    if "evaluated_as" in row:
+      assert row["evaluated_as"] in evaluated
+      assert row["evaluated_as"] == evaluation.settings_digest(evaluation.method_settings(
+          name, config, task, row["seed"], test, synrag=synrag))
+
+
+def test_published_ablation_rows_are_keyed_by_public_settings():
+  """docs/results/paper_cpu/evaluation/ablations.json: each variant's build digest and row
+  settings digest are those experiments.ablations computes today."""
+  config = ablations_config.get_config("paper_cpu")
+  build = _published("paper_cpu", wd_lib.CONFIG)
+  report = _published("paper_cpu", os.path.join("evaluation", "ablations.json"))
+  assert report["note"] == evaluation.BENCHMARK_NOTE
+  task = _StandIn("medical", _published("paper_cpu", "results.json")["rows"][0]["questions"], 10,
+                  "medical")
+  for row in report["rows"]:
+    base = ml_collections.ConfigDict(build)
+    base.privacy.epsilon = row["epsilon_total"]
+    synrag = ablations.variant_config(base, row["variant"])
+    assert row["build"].endswith("_" + wd_lib.config_digest(synrag.to_dict()))
+    assert row["settings"] == evaluation.settings_digest({
+        "variant": row["variant"], **evaluation.method_settings(
+            "dp_synrag", config, task, row["seed"], len(task.test), synrag=synrag)})
+    assert row["noise"] == "seeded"
+
+
 @pytest.mark.parametrize("path", sorted(
     os.path.relpath(os.path.join(d, f), RESULTS) for d, _, fs in os.walk(RESULTS)
     for f in fs if f == wd_lib.CONFIG))
 def test_no_published_build_config_names_a_local_path(path):
   with open(os.path.join(RESULTS, path), encoding="utf-8") as f:
     assert json.load(f)["data"]["path"] == ""
+
+
+@pytest.mark.parametrize("path", sorted(
+    os.path.relpath(os.path.join(d, f), RESULTS) for d, _, fs in os.walk(RESULTS)
+    for f in fs if f.endswith(".json")))
+def test_no_published_report_names_a_build_by_a_local_absolute_path(path):
+  """A report names its build relative to the work dir its README's command names."""
+  def builds(value):
+    if isinstance(value, dict):
+      for k, v in value.items():
+        yield from ([v] if k == "build" and isinstance(v, str) else builds(v))
+    elif isinstance(value, list):
+      for v in value:
+        yield from builds(v)
+  with open(os.path.join(RESULTS, path), encoding="utf-8") as f:
+    assert not [b for b in builds(json.load(f)) if os.path.isabs(b)]
 
 
 @dataclasses.dataclass

@@ -11,6 +11,7 @@ import shutil
 import pytest
 
 from dpsynrag_jax import evaluation
+from dpsynrag_jax import evaluation_artifacts as artifacts
 from dpsynrag_jax import privacy
 from experiments import ablations
 from experiments import evaluate
@@ -122,11 +123,18 @@ def test_leakage_reports_benign_and_attack_counts_for_every_method(eval_dir):
     assert s["attack_questions"] == config.num_attacks
     assert 0 <= s["attack_leaks"] <= config.num_attacks
     assert 0 <= s["benign_leaks"] <= config.num_test
-  text = open(os.path.join(workdir, "leakage.md")).read()
+  # Evaluation artifacts (counted against the private names): under evaluation/, labelled.
+  assert not os.path.exists(os.path.join(workdir, "leakage.md"))
+  text = open(os.path.join(workdir, "evaluation", "leakage.md")).read()
+  assert text.startswith(artifacts.markdown_header(leakage.TOOL, leakage.READS))
   assert "| medical | DP-SynRAG |" in text
-  # Counts only: no private name appears in the report.
+  report = json.load(open(os.path.join(workdir, "evaluation", "leakage.json")))
+  assert report[artifacts.FIELD]["differentially_private"] is False
+  assert report["summary"] == json.loads(json.dumps(summary))
+  # Counts only: no private name appears in the reports.
   task = evaluation.load_eval_task(config, "medical")
   assert not any(name in text for name in task.private_names)
+  assert not any(name in json.dumps(report) for name in task.private_names)
 
 
 def test_ablations_change_one_switch_and_reuse_the_full_build(eval_dir):
@@ -142,14 +150,24 @@ def test_ablations_change_one_switch_and_reuse_the_full_build(eval_dir):
   # Without re-ranking its mechanisms are never charged, so less than the budget is spent.
   assert by_variant["no_rerank"]["epsilon"] < config.epsilon - 1e-3
   assert abs(by_variant["hard"]["epsilon"] - config.epsilon) < 1e-6
-  assert "| medical | 10 | hard |" in open(os.path.join(workdir, "ablations.md")).read()
+  # The reports are evaluation artifacts (funnels of private state): under evaluation/.
+  reports = os.path.join(workdir, "evaluation")
+  for name in ("ablations.json", "ablations.md", "ablations_funnel.md"):
+    assert not os.path.exists(os.path.join(workdir, name)), name
+  assert "| medical | 10 | hard |" in open(os.path.join(reports, "ablations.md")).read()
+  report = json.load(open(os.path.join(reports, "ablations.json")))
+  assert report[artifacts.FIELD]["tool"] == ablations.TOOL
+  assert report["note"] == evaluation.BENCHMARK_NOTE
+  assert {r["variant"] for r in report["rows"]} == set(by_variant)
   # Each variant carries its build's funnel, whose last stages are the row's own figures.
   rows = ablations.sweep_rows(config, workdir)
   for row in rows:
+    assert row["noise"] == "seeded"
     by_stage = {s["stage"]: s["value"] for s in row["funnel"]}
     assert by_stage["context recall"] == pytest.approx(row["context_recall"])
     assert by_stage["accuracy"] == pytest.approx(row["accuracy"])
-  funnel_md = open(os.path.join(workdir, "ablations_funnel.md")).read()
+  funnel_md = open(os.path.join(reports, "ablations_funnel.md")).read()
+  assert funnel_md.startswith(artifacts.markdown_header(ablations.TOOL, ablations.READS))
   assert "| coverage |" in funnel_md and "| full | no_rerank | no_self_filter | hard |" in funnel_md
   # A row from before funnels gets one on the next run, the row's figures unchanged.
   stripped = [{k: v for k, v in r.items() if k != "funnel"} for r in rows]
@@ -266,7 +284,7 @@ def test_utility_options_spend_the_same_budget_and_share_builds(eval_dir):
   assert len(builds - builds_before) == len(config.variants.split(",")) - 1
   assert full["epsilon"] == pytest.approx(3.0, abs=1e-4)
   assert "| medical | 3 | difference |" in open(
-      os.path.join(workdir, "utility_options.md")).read()
+      os.path.join(workdir, "evaluation", "utility_options.md")).read()
 
 
 def test_dp_rag_sessions_charge_each_session_its_whole_budget_and_resume(monkeypatch, tmp_path):
@@ -463,12 +481,33 @@ def test_a_movielens_config_refuses_the_other_layout_and_names_the_matching_conf
 
 def test_publish_copies_the_release_and_rows_but_nothing_private(eval_dir, tmp_path):
   from experiments import publish  # pylint: disable=g-import-not-at-top
-  workdir, _, rows = eval_dir
+  shared, _, rows = eval_dir
+  workdir = str(tmp_path / "eval")
+  shutil.copytree(shared, workdir)
+  # The evaluation artifacts a work dir holds under evaluation/ (stand-ins where this module's
+  # leakage and ablation tests did not run first; experiments.funnel writes the funnels).
+  reports = [f"funnel_medical_seed0.{ext}" for ext in ("json", "md")]
+  reports += list(publish.EVALUATION_REPORTS)
+  for name in reports:
+    path = artifacts.evaluation_path(workdir, name)
+    if not os.path.exists(path):
+      if name.endswith(".json"):
+        artifacts.write_json(path, {"stand_in": name}, "test", "nothing")
+      else:
+        artifacts.write_text(path, f"{name}\n", "test", "nothing")
   out = str(tmp_path / "published")
   written = publish.publish(workdir, "medical", out)
   for name in ("synthetic_db.jsonl", "privacy_ledger.json", "config.json", "results.json",
                "table.md"):
     assert name in written and os.path.getsize(os.path.join(out, name)) > 0
+  # Evaluation artifacts go to out/evaluation/, as they are, never beside the release.
+  for name in reports:
+    assert os.path.join("evaluation", name) in written, name
+    assert not os.path.exists(os.path.join(out, name)), name
+    assert open(os.path.join(out, "evaluation", name), "rb").read() == open(
+        artifacts.evaluation_path(workdir, name), "rb").read()
+  assert not any(os.path.join("evaluation", name) in written for name in publish.REPORTS)
+  assert all(os.path.isfile(os.path.join(out, name)) for name in written)
   build = next(r["build"] for r in rows if r["method"] == "DP-SynRAG")
   assert open(os.path.join(out, "synthetic_db.jsonl"), "rb").read() == open(
       os.path.join(workdir, build, "synthetic_db.jsonl"), "rb").read()
