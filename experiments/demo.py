@@ -19,7 +19,6 @@ import os
 import re
 import time
 
-from absl import app
 from absl import flags
 from absl import logging
 

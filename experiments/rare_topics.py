@@ -5,7 +5,8 @@
 
 Runs (or resumes, or reuses) the evaluation in WORKDIR, then buckets every question by its
 answer's support: the number of private documents that name the gold answer (Medical: patients
-with the disease). Writes WORKDIR/rare_topics.json, rare_topics.md and rare_topics.png.
+with the disease). Writes WORKDIR/evaluation/rare_topics.json, .md and .png: evaluation
+artifacts (the buckets count private documents per answer; not differentially private).
 
 The support is ground truth read from the private documents, like context recall: an evaluation
 artifact for the researcher, never part of a release.
@@ -13,9 +14,7 @@ artifact for the researcher, never part of a release.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from typing import Sequence
 
 from absl import app
@@ -23,6 +22,7 @@ from absl import flags
 import numpy as np
 
 from dpsynrag_jax import evaluation
+from dpsynrag_jax import evaluation_artifacts as artifacts
 from dpsynrag_jax.data.tasks import Task
 from experiments import evaluate
 from experiments import cli
@@ -151,12 +151,13 @@ def run(config, workdir: str, edges: Sequence[int]) -> list[dict]:
     supports[dataset] = support(task, [q.answers for q in task.test])
   cells = by_bucket(rows, supports, edges)
   labels = bucket_labels(edges)
-  with open(os.path.join(workdir, "rare_topics.json"), "w", encoding="utf-8") as f:
-    json.dump({"edges": edges, "cells": cells}, f, indent=1)
-  with open(os.path.join(workdir, "rare_topics.md"), "w", encoding="utf-8") as f:
-    f.write(markdown(cells, labels))
+  reads = "how many private documents hold each test answer"
+  artifacts.write_json(artifacts.evaluation_path(workdir, "rare_topics.json"),
+                       {"edges": edges, "cells": cells}, "rare_topics", reads)
+  artifacts.write_text(artifacts.evaluation_path(workdir, "rare_topics.md"),
+                       markdown(cells, labels), "rare_topics", reads)
   if cells:
-    plot(cells, labels, os.path.join(workdir, "rare_topics.png"))
+    plot(cells, labels, artifacts.evaluation_path(workdir, "rare_topics.png"))
   return cells
 
 
@@ -169,4 +170,4 @@ def main(argv):
 if __name__ == "__main__":
   define_flags()
   cli.define_config_and_workdir("Evaluation config.")
-  app.run(main)
+  cli.run(main)

@@ -103,8 +103,8 @@ def test_rare_topics_buckets_every_question(eval_dir):
   row = next(r for r in rows if r["method"] == "RAG")
   pooled = sum(c["accuracy"] * c["questions"] for c in rag if c["questions"])
   assert abs(pooled / config.num_test - row["accuracy"]) < 1e-9
-  assert "| medical | RAG |" in open(os.path.join(workdir, "rare_topics.md")).read()
-  assert os.path.getsize(os.path.join(workdir, "rare_topics.png")) > 0
+  assert "| medical | RAG |" in open(os.path.join(workdir, "evaluation", "rare_topics.md")).read()
+  assert os.path.getsize(os.path.join(workdir, "evaluation", "rare_topics.png")) > 0
 
 
 def test_rare_topics_bucket_edges():
