@@ -62,21 +62,53 @@ PROGRAMS_KEPT = 4
 _SENTINEL = "\u2063DOC\u2063"
 
 
-def _prefill_rows(params, prefix_k, prefix_v, cache, logits, tokens, lengths, row0, *, cfg,
-                  dtype):
-  """Prefills one chunk of a cluster's rows after the shared prefix.
+def _prefill_rows(params, prefix_k, prefix_v, cache, logits, tokens, lengths, row0, active, *,
+                  cfg, dtype):
+  """Prefills one chunk of a cluster's rows after the shared prefix, if `active`.
 
   tokens [b, S_c] and lengths [b] are rows row0 .. row0 + b - 1. The chunk runs against a b-row
   cache of P + S_c slots, then lands in the cluster's cache [B, C] (same slots) and its
-  next-token logits in logits [B, V].
+  next-token logits in logits [B, V]. active: a traced [] bool; where False, the chunk is not
+  run and the cache and logits are returned as they came (a device whose own cluster has no
+  row in this chunk, or whose rows pad to another bucket, takes no part in the call).
   """
+  b, s = tokens.shape
   p = prefix_v.shape[3]
-  chunk = kv_cache.with_prefix(kv_cache.init_cache(cfg, tokens.shape[0], p + tokens.shape[1],
-                                                   dtype), prefix_k, prefix_v)
-  chunk_logits, chunk = inference.extend(params, cfg, dtype, chunk, tokens, lengths)
+
+  def run():
+    chunk = kv_cache.with_prefix(kv_cache.init_cache(cfg, b, p + s, dtype), prefix_k, prefix_v)
+    chunk_logits, chunk = inference.extend(params, cfg, dtype, chunk, tokens, lengths)
+    return chunk, chunk_logits
+
+  def keep():
+    # What the write below puts back: the same rows and slots, unchanged. The branch holds
+    # only the chunk's b rows, so the whole cache never passes through the cond (which could
+    # copy it) and is updated in place, as without the flag.
+    return _rows_of(cache, row0, b, p + s), jax.lax.dynamic_slice_in_dim(logits, row0, b)
+
+  chunk, chunk_logits = jax.lax.cond(active, run, keep)
   zero = jnp.zeros((), jnp.int32)
   return (kv_cache.write_rows(cache, chunk, row0),
           jax.lax.dynamic_update_slice(logits, chunk_logits, (row0, zero)))
+
+
+def _rows_of(cache, row0, b: int, slots: int) -> kv_cache.KVCache:
+  """Rows row0 .. row0 + b - 1 and slots 0 .. slots - 1 of `cache` (stacked or per layer) as a
+  stacked b-row cache of `slots` slots, in the layout kv_cache.write_rows takes back. Its
+  cursor is `slots`, as a chunk's is after its prefill (write_rows ignores it)."""
+  def cut(a, slot_axis):   # a: one layer [B, K, ., .]
+    sizes = list(a.shape)
+    sizes[0], sizes[slot_axis] = b, slots
+    return jax.lax.dynamic_slice(a, (row0,) + (0,) * (a.ndim - 1), sizes)
+
+  layers = lambda x: x if cache.per_layer else tuple(x[i] for i in range(x.shape[0]))
+  k = jnp.stack([cut(a, 3) for a in layers(cache.k)])   # [L, b, K, H, slots]
+  v = jnp.stack([cut(a, 2) for a in layers(cache.v)])   # [L, b, K, slots, H]
+  zero = jnp.zeros((), jnp.int32)
+  return kv_cache.KVCache(
+      k=k, v=v, positions=jax.lax.dynamic_slice(cache.positions, (row0, zero), (b, slots)),
+      lengths=jax.lax.dynamic_slice_in_dim(cache.lengths, row0, b),
+      cursor=jnp.asarray(slots, jnp.int32))
 
 
 def _decode_rows(params, cache, logits, doc_mask, public_mask, keys, *, cfg, dtype, T, selector,
@@ -199,13 +231,15 @@ def _empty_program(static: _Static):
 
 @functools.lru_cache(maxsize=PROGRAMS_KEPT)
 def _prefill_program(static: _Static):
-  """Group program of _prefill_rows; the cache and logits buffers are donated."""
-  def per_device(params, prefix_k, prefix_v, row0, cache, logits, tokens, lengths):
+  """Group program of _prefill_rows; the cache and logits buffers are donated. Each device
+  reads its own `active` flag ([G] bool, split), a traced input: one compiled program per
+  chunk shape serves every pattern of active devices."""
+  def per_device(params, prefix_k, prefix_v, row0, cache, logits, tokens, lengths, active):
     inference.TRACE_COUNTS["private_prefill"] += 1
     out = _prefill_rows(params, prefix_k, prefix_v, _first(cache), logits[0], tokens[0],
-                        lengths[0], row0, cfg=static.cfg, dtype=static.dtype)
+                        lengths[0], row0, active[0], cfg=static.cfg, dtype=static.dtype)
     return _lead(out)
-  return _sharded(static, per_device, num_split=4, num_same=4, donate=(4, 5))
+  return _sharded(static, per_device, num_split=5, num_same=4, donate=(4, 5))
 
 
 @functools.lru_cache(maxsize=PROGRAMS_KEPT)
@@ -441,10 +475,14 @@ class PrivatePredictor:
     """Prefills a group (pack_group, `pack` clusters per device) in chunks of PREFILL_CHUNK
     rows of one cluster each.
 
-    A chunk is padded to the bucket of its own longest row (rows are sorted by length) and a
-    chunk with no real row in any cluster is skipped. Compiled programs depend on (rows,
-    suffix bucket, pack) and the chunk's bucket only, so clusters in the same buckets share
-    them; a packed cluster's chunks are those it has alone.
+    A cluster's arithmetic depends only on public settings and its own rows, never on the
+    clusters beside it: each device pads a chunk to the bucket of its own longest row there
+    (rows are sorted by length), and a device with no real row in the chunk skips it, exactly
+    as that cluster decoded alone. A chunk whose devices pad to different buckets runs once
+    per bucket, each device taking part in its own bucket's call only (the `active` flag);
+    on one device there is one call per chunk with a real row. Compiled programs depend on
+    (rows, suffix bucket, pack) and the chunk's shape only, so clusters in the same buckets
+    share them; a packed cluster's chunks are those it has alone.
 
     Returns device arrays: the cache [G, pack x B, ...] and next-token logits [G, pack x B, V].
     """
@@ -459,14 +497,18 @@ class PrivatePredictor:
               for i in range(pack) for r in range(0, rows, PREFILL_CHUNK)]
     for row0, row_end in chunks:
       rows_here = slice(row0, row_end)
-      if not real[:, rows_here].any():
-        continue
-      chunk_length = bucket_length(int(lengths[:, rows_here].max()))
-      chunk = [jax.device_put(np.ascontiguousarray(a), split)
-               for a in (tokens[:, rows_here, :chunk_length], lengths[:, rows_here])]
-      cache, logits = _prefill_program(static)(self._params, *self._prefix_kv,
-                                               jnp.asarray(row0, jnp.int32), cache, logits,
-                                               *chunk)
+      # Per device: does its cluster have a real row here, and to which bucket does it pad?
+      # The maximum over all devices' rows would let one cluster's documents set another's
+      # padded prefill shape, hence its rounding.
+      has_rows = real[:, rows_here].any(axis=1)                              # [G]
+      buckets = np.array([bucket_length(int(lengths[d, rows_here].max())) for d in range(g)])
+      for chunk_length in sorted(set(buckets[has_rows].tolist())):
+        active = has_rows & (buckets == chunk_length)                       # [G]
+        chunk = [jax.device_put(np.ascontiguousarray(a), split)
+                 for a in (tokens[:, rows_here, :chunk_length], lengths[:, rows_here], active)]
+        cache, logits = _prefill_program(static)(self._params, *self._prefix_kv,
+                                                 jnp.asarray(row0, jnp.int32), cache, logits,
+                                                 *chunk)
     return cache, logits
 
   def decode_arrays(self, arrays, keys: Sequence[jax.Array], pack: int = 1
