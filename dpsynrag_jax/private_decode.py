@@ -5,18 +5,28 @@ question's retrieved documents) all run it; the token mechanism itself is
 
 Per cluster, on device: the shared prompt prefix's KV cache (computed once per run) is
 broadcast to every row and the document suffixes are prefilled after it, in chunks of rows
-sorted by length (each chunk padded to its own longest row); then, in one jitted while loop,
-T times: logits [B, V] -> clip each document row to [-c, c] -> masked sum (+ omega * public
-row) -> / tau -> sample ONE token -> append it to every row -> decode step. EOS ends the text
-early.
+sorted by length (each chunk padded to the bucket of its own longest row); then, in one
+jitted while loop, T times: logits [B, V] -> clip each document row to [-c, c] -> masked sum
+(+ omega * public row) -> / tau -> sample ONE token -> append it to every row -> decode step.
+EOS ends the text early.
 
 Clusters are independent: a group of clusters with the same padded shapes runs as one
 shard_map over a 1-D mesh of the local devices, and on each device n clusters of few rows run
 as one batch of n x B rows ("packed", n = pack_size(B)): every weight matmul of a decode step
 then has n x B rows instead of B, which is where small clusters lose most (BUILD_NOTES,
 "Packed clusters"). Each cluster keeps its own rows, its own key and its own token mechanism
-over its own rows, and stops at its own EOS; its rows' arithmetic is the same as alone, so a
-cluster's text does not depend on which clusters share its group or device, nor on D.
+over its own rows, and stops at its own EOS.
+
+The rule: a cluster's arithmetic (every padded shape, hence its float rounding) depends only on
+public settings and its own rows, never on another cluster's documents, since the parallel
+composition of the guarantee covers a cluster's own documents only (DESIGN, section 3). The
+group's shape is what each cluster's own rows give (shape_of); each device pads a prefill chunk
+to its own rows' bucket and skips a chunk where its cluster has no row (prefill_group), as the
+cluster decoded alone; n = pack_size(B) follows from that shape. So a cluster's text does not
+depend on which clusters share its group or device, nor on G. One exception stands: a shape's
+last group packs only the clusters left (decode_group_paid), and a decode step's rounding can
+depend on the batch's row count (it does on CPU), so there the number of clusters of that
+shape reaches a cluster's rounding.
 
 Axis letters: G devices in a group, n clusters packed per device, B rows (documents, padded)
 per cluster, S suffix tokens, P shared-prefix tokens, C cache slots, V vocabulary, T private
@@ -538,6 +548,10 @@ class PrivatePredictor:
   def decode_group_paid(self, clusters, keys, shape, hints=None, leads=None
                         ) -> tuple[list[list[int]], list[int]]:
     """decode_group, and how many of each cluster's tokens were drawn privately."""
+    # decode_many's last group of a shape packs fewer than pack_size(rows): the one place
+    # where other clusters (how many share the shape) reach a cluster's decode batch and so
+    # its rounding (module docstring). Padding it to the full pack with empty clusters would
+    # end that, at the cost of their rows, and could move texts already released.
     pack = -(-len(clusters) // self.num_devices)
     tokens, counts, paid = self.decode_arrays(
         self.pack_group(clusters, shape, hints, leads, pack), keys, pack)
