@@ -33,17 +33,9 @@ REQUIRED = {
 # runtime knobs that decide how, not what, is built. A config written before an option existed
 # builds what it built then.
 OPTIONAL = {
-    ("clustering", "merge_synonyms"): 0.0,
-    ("generation", "candidates"): 0,
-    ("generation", "candidate_terms"): "",
-    ("generation", "candidate_width"): 0.0,
-    ("generation", "min_length"): 0,
-    ("generation", "public_hint"): "",
-    ("generation", "svt_paid"): 0,
-    ("generation", "svt_threshold"): 1.0,
-    ("generation", "svt_share"): 0.5,
-    ("generation", "topic_terms"): "",
-    ("privacy", "topic_share"): 0.5,
+    # The options registered with the work dir (builds made before each existed compare equal
+    # to configs holding it at this value), but the required noise mode.
+    **{field: off for field, off in wd_lib.OPTIONAL_FIELDS.items() if field not in REQUIRED},
     ("runtime", "devices"): 0,
     ("runtime", "overwrite"): False,
     ("runtime", "stop_after_clusters"): -1,
