@@ -1,4 +1,4 @@
-"""Topic terms (issue 18): a cluster's terms drawn from public lists by peeled exponential
+"""Topic terms: a cluster's terms drawn from public lists by peeled exponential
 mechanisms over document counts, charged per cluster, and the opening of its text."""
 
 import itertools

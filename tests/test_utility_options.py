@@ -1,4 +1,4 @@
-"""Issue 8's utility options: difference clipping and public candidate tokens.
+"""The utility options beyond the paper: difference clipping and public candidate tokens.
 
 Both keep the token mechanism's sensitivity c, so the ledger of a run is unchanged.
 """
