@@ -23,6 +23,13 @@ queries_vs_accuracy.jsonl), so a rerun of the same evaluation there computes onl
 missing. A restored DP-SynRAG row's build stays where it was published: publishing again
 checks that the build named by the row is the one in --out (its config digest) instead of
 copying it.
+
+--pages regenerates every results page (docs/results/<name>/README.md, from its page.json and
+the JSON beside it) and the results table in README.md between its markers
+(dpsynrag_jax.results_pages); with --check it writes nothing and exits non-zero naming the pages
+that differ from what the JSON regenerates:
+
+    python -m experiments.publish --pages [--check]
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from absl import app
 from absl import flags
 
 from dpsynrag_jax import evaluation_artifacts as artifacts
+from dpsynrag_jax import results_pages
 from dpsynrag_jax.synrag import workdir as wd_lib
 
 FLAGS = flags.FLAGS
@@ -160,6 +168,26 @@ def restore(out: str, workdir: str) -> dict:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if FLAGS.pages:
+    given = [f"--{name}" for name in ("workdir", "dataset", "out", "restore")
+             if FLAGS[name].present]
+    if given:
+      raise app.UsageError(f"--pages takes no {', '.join(given)}: it reads docs/results.")
+    if FLAGS.check:
+      differ = results_pages.stale()
+      for path in differ:
+        print(f"{os.path.relpath(path)} differs from what its JSON regenerates")
+      if differ:
+        raise SystemExit("Run python -m experiments.publish --pages to regenerate them.")
+      return
+    for path in results_pages.write():
+      print(os.path.relpath(path))
+    return
+  if FLAGS.check:
+    raise app.UsageError("--check goes with --pages.")
+  missing = [f"--{name}" for name in ("workdir", "dataset", "out") if FLAGS[name].value is None]
+  if missing:
+    raise app.UsageError(f"{', '.join(missing)} required (or --pages).")
   if FLAGS.restore:
     for log, count in restore(FLAGS.out, FLAGS.workdir).items():
       print(f"{os.path.join(FLAGS.workdir, log)}: {count} rows restored")
@@ -174,5 +202,8 @@ if __name__ == "__main__":
   flags.DEFINE_string("out", None, "Destination, e.g. docs/results/movielens_cpu.")
   flags.DEFINE_bool("restore", False, "Copy the rows published in --out back into --workdir "
                     "(a rerun there then computes only the missing rows).")
-  flags.mark_flags_as_required(["workdir", "dataset", "out"])
+  flags.DEFINE_bool("pages", False, "Regenerate the results pages and README's results table "
+                    "from the committed JSON instead (no other flag).")
+  flags.DEFINE_bool("check", False, "With --pages: write nothing; exit non-zero naming the "
+                    "pages that differ.")
   app.run(main)
