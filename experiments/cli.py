@@ -74,6 +74,16 @@ def _parse_flags(argv: list[str]) -> list[str]:
     return FLAGS(argv)
   except flags.Error as e:
     _fail(f"{e} (--helpfull lists the flags)")
+  except (AttributeError, KeyError) as e:
+    # ml_collections raises these, not a flags.Error, for a --config.FIELD that names no field.
+    overrides = [a.split("=")[0] for a in argv[1:] if a.startswith("--config.")]
+    if not overrides or "--traceback" in argv:
+      raise
+    while e.args and isinstance(e.args[0], BaseException):   # AttributeError(KeyError(...))
+      e = e.args[0]
+    detail = str(e.args[0] if e.args else e).replace("\n", "; ")
+    _fail(f"no config field {detail} (overrides: {', '.join(overrides)}; the fields are those "
+          "of the --config file)")
   return []   # not reached
 
 
