@@ -38,9 +38,9 @@ import numpy as np
 
 from dpsynrag_jax import evaluation
 from dpsynrag_jax import evaluation_artifacts as artifacts
+from dpsynrag_jax.evaluation import funnel as funnel_lib
 from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments import cli
-from experiments import funnel as funnel_lib
 
 TOOL = "ablations"
 READS = ("each variant build's private/ state and the documents' answers (the variants' "

@@ -21,7 +21,7 @@ Llama-3.1-8B-shaped random model that way, where a whole build would take hours.
 
 Both report, in one run: wall seconds per phase (sample mode: compile warm-up and decode),
 useful GFLOP/s (only real document rows and the tokens actually decoded: experiments.
-bench_generation.nominal_flops per cluster at its decoded length), the fraction of this
+benchmarks.nominal_flops per cluster at its decoded length), the fraction of this
 machine's matmul peak measured in the same run, the rows decoded against the real ones, and
 the process's peak RSS. Figures are aggregates over clusters, never per cluster; but they
 count the private clusters (empty ones, real rows), so the report is an evaluation artifact
@@ -32,7 +32,6 @@ refused beside released files. Its notice goes to stderr; stdout is the report a
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import os
 import sys
@@ -43,11 +42,10 @@ from absl import app
 from absl import flags
 import jax
 from ml_collections import config_flags
-import numpy as np
 
+from dpsynrag_jax import benchmarks
 from dpsynrag_jax import evaluation_artifacts as artifacts
 from dpsynrag_jax import host_memory
-from experiments import bench_generation
 from experiments import cli
 
 FLAGS = flags.FLAGS
@@ -80,7 +78,7 @@ def define_flags() -> None:
   flags.DEFINE_bool("decode", True, "Sample mode: decode the sample; --nodecode reports the "
                     "prefill counts only (prefix_tree), in seconds instead of minutes.")
   flags.DEFINE_string("model", "", "Sample mode: decode with this model instead of the build's "
-                      "(a preset, a path, or random:SHAPE of bench_generation.RANDOM_SHAPES, "
+                      "(a preset, a path, or random:SHAPE of benchmarks.RANDOM_SHAPES, "
                       "e.g. random:llama-3.1-8b on an accelerator); the documents are fitted "
                       "to its tokenizer. Empty: the build's model.")
   flags.DEFINE_string("dtype", "", "Sample mode, with --model: its dtype (e.g. bfloat16); "
@@ -98,13 +96,6 @@ def define_flags() -> None:
   flags.DEFINE_string("json_out", "", "Where to write the report (JSON): an evaluation "
                       "artifact, refused beside released files (e.g. "
                       "docs/performance/evaluation/NAME.json).")
-
-
-def config_of_build(build_dir: str):
-  import ml_collections  # pylint: disable=g-import-not-at-top
-  from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
-  with open(os.path.join(build_dir, wd_lib.CONFIG), encoding="utf-8") as f:
-    return ml_collections.ConfigDict(json.load(f))
 
 
 def prefix_tree(suffixes: Sequence[Sequence[int]]) -> dict:
@@ -135,55 +126,7 @@ def prefill_counts(suffixes_of: dict) -> dict:
 
 def useful_flops(cfg, prefix_len: int, suffixes, steps: int) -> float:
   """Useful work of one cluster: its real rows' prompts and the `steps` tokens it decoded."""
-  return bench_generation.nominal_flops(cfg, [prefix_len + len(s) for s in suffixes], steps)
-
-
-@dataclasses.dataclass
-class Sample:
-  """A public sample of a build's clusters (indices 0 .. n-1) and what decoding them needs."""
-  config: object            # the build's settings (its released config.json)
-  lm: object
-  documents: list
-  selected: dict            # cluster -> member document ids (private build state)
-  ids: list                 # the sampled cluster indices present in the build
-  seconds: float            # loading
-
-
-def load_sample(build_dir: str, num_clusters: int, first: int = 0, model: str = "",
-                dtype: str = "") -> Sample:
-  """The build's settings, model, documents and chosen clusters first .. first +
-  num_clusters - 1. model / dtype: decode with another model than the build's (load_model's
-  names, random:SHAPE included), the documents fitted to its tokenizer."""
-  from dpsynrag_jax.data.private_documents import fit_to_budget, load_private_documents  # pylint: disable=g-import-not-at-top
-  from dpsynrag_jax.models import dtype_named, load_lm  # pylint: disable=g-import-not-at-top
-  from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
-
-  config = config_of_build(build_dir)
-  selected = wd_lib.Workdir(build_dir).selected()
-  if not selected:
-    raise ValueError(f"{build_dir} holds no chosen clusters (private/selected.jsonl).")
-  ids = [r for r in range(first, first + num_clusters) if r in selected]
-  if len(ids) < num_clusters:
-    raise ValueError(f"{build_dir} has {len(selected)} clusters; asked for {num_clusters}"
-                     + (f" from cluster {first}." if first else "."))
-  start = time.perf_counter()
-  if model:
-    lm = bench_generation.load_model(model, dtype_named(dtype or config.model.dtype))
-  else:
-    lm = load_lm(config.model.lm, dtype=dtype_named(config.model.dtype))
-  documents, where = load_private_documents(config.data)
-  documents = fit_to_budget(lm, documents, where, config.data.max_doc_tokens,
-                            config.data.too_long)
-  return Sample(config=config, lm=lm, documents=documents, selected=selected, ids=ids,
-                seconds=time.perf_counter() - start)
-
-
-# Fresh keys for re-decoding a sample: a benchmark re-releases nothing.
-SAMPLE_KEY_SEED = 12345
-
-
-def sample_key_of(r: int) -> jax.Array:
-  return jax.random.fold_in(jax.random.PRNGKey(SAMPLE_KEY_SEED), r)
+  return benchmarks.nominal_flops(cfg, [prefix_len + len(s) for s in suffixes], steps)
 
 
 def sample(build_dir: str, num_clusters: int, warmup: bool = True,
@@ -215,8 +158,8 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
 
   if per_shape:
     num_clusters = len(wd_lib.Workdir(build_dir).selected())
-  loaded = load_sample(build_dir, num_clusters, 0 if per_shape else first_cluster, model,
-                       dtype)
+  loaded = benchmarks.load_sample(build_dir, num_clusters, 0 if per_shape else first_cluster,
+                                  model, dtype)
   if pipeline.topic_groups(loaded.config):
     raise ValueError("bench_build's sample decodes the paper's prompts; a build with topic "
                      "terms (generation.topic_terms) is timed with --whole only.")
@@ -237,7 +180,7 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
     ids = [r for r in ids if suffixes[r] and predictor.shape_of(suffixes[r])[0] <= max_rows]
     suffixes = {r: suffixes[r] for r in ids}
   load_seconds = loaded.seconds + time.perf_counter() - start
-  key_of = sample_key_of
+  key_of = benchmarks.sample_key_of
   cfg = lm.config
   rows_real = sum(len(suffixes[r]) for r in ids)
   counts = {"mode": "sample_per_shape" if per_shape else "sample",
@@ -246,7 +189,7 @@ def sample(build_dir: str, num_clusters: int, warmup: bool = True,
             "prefix_tokens": len(predictor.prefix), **prefill_counts(suffixes)}
   if not decode:
     return {**counts, "peak_rss_gb": host_memory.peak_resident_gb()}
-  peak = bench_generation.matmul_peak(dtype=dtype or "float32")
+  peak = benchmarks.matmul_peak(dtype=dtype or "float32")
 
   runs, first_tokens = [], None
   default_bucket, default_pack = private_decode.ROW_BUCKET, private_decode.PACK_ROWS
@@ -326,7 +269,7 @@ def whole(config, workdir: str) -> dict:
   rss = host_memory.peak_resident_gb()   # the build's, before this report loads the model again
   seconds = summary.get("seconds", {})
   work = decode_work(workdir, before)
-  peak = bench_generation.matmul_peak()
+  peak = benchmarks.matmul_peak()
   gflops = work["useful_gflop"] / seconds["decode"] if seconds.get("decode") else 0.0
   return {"mode": "whole", "workdir": os.path.abspath(workdir), "seconds_wall": wall,
           "seconds": seconds, "resumed": bool(before), **work,
@@ -364,7 +307,7 @@ def decode_work(build_dir: str, skip: set) -> dict:
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import topics  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import workdir as wd_lib  # pylint: disable=g-import-not-at-top
-  loaded = load_sample(build_dir, len(wd_lib.Workdir(build_dir).selected()))
+  loaded = benchmarks.load_sample(build_dir, len(wd_lib.Workdir(build_dir).selected()))
   predictor = pipeline._predictor(loaded.config, pipeline.calibration_of(loaded.config),  # pylint: disable=protected-access
                                   loaded.lm)
   generated = wd_lib.Workdir(build_dir).generated(0)
@@ -398,7 +341,7 @@ def main(argv):
     if not FLAGS.workdir:
       raise app.UsageError("--progress needs --workdir.")
     report = {"mode": "progress", "workdir": os.path.abspath(FLAGS.workdir),
-              **progress(FLAGS.workdir, bench_generation.matmul_peak()["peak"])}
+              **progress(FLAGS.workdir, benchmarks.matmul_peak()["peak"])}
   elif FLAGS.whole:
     if FLAGS.config is None or not FLAGS.workdir:
       raise app.UsageError("--whole needs --config and --workdir.")

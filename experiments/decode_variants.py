@@ -8,7 +8,7 @@ the share of tokens paid, at several budgets, side by side.
 
 The clusters S_r of indices 0 .. n-1 are the build's (chosen at the build's own epsilon); each
 variant re-calibrates c (and the test's epsilon) for each budget as a whole build at that budget
-would, decodes the sample from fresh keys (experiments.bench_build.sample_key_of: nothing is
+would, decodes the sample from fresh keys (dpsynrag_jax.benchmarks.sample_key_of: nothing is
 re-released) and scores:
 
   decode fidelity   sampled clusters with purity >= 0.5 whose text names their majority answer
@@ -36,10 +36,10 @@ import time
 from absl import app
 from absl import flags
 
+from dpsynrag_jax import benchmarks
 from dpsynrag_jax import evaluation_artifacts as artifacts
-from experiments import bench_build
+from dpsynrag_jax.evaluation import funnel
 from experiments import cli
-from experiments import funnel
 
 FLAGS = flags.FLAGS
 TOOL = "decode_variants"
@@ -133,7 +133,7 @@ def variant_config(config, epsilon: float, overrides: dict):
 
 # The sample's topic draws: a root of their own, so their keys are not derived from the
 # sample's token keys (whose step s folds s into sample_key_of(r)).
-_TOPIC_SAMPLE_SEED = bench_build.SAMPLE_KEY_SEED + 1
+_TOPIC_SAMPLE_SEED = benchmarks.SAMPLE_KEY_SEED + 1
 
 
 def _presences(groups, documents, cache: dict) -> list:
@@ -171,7 +171,7 @@ def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
   unknown = [v for v in variants if v not in VARIANTS]
   if unknown:
     raise app.UsageError(f"Unknown variants {unknown}; expected some of {sorted(VARIANTS)}.")
-  loaded = bench_build.load_sample(build_dir, num_clusters)
+  loaded = benchmarks.load_sample(build_dir, num_clusters)
   config = loaded.config
   if config.data.name != "medical_synth":
     raise app.UsageError("decode_variants scores Medical Synth builds (answers are diseases).")
@@ -195,7 +195,7 @@ def run(build_dir: str, num_clusters: int, epsilons, variants) -> dict:
       leads = topic_leads(vconfig, cal, loaded, presence_cache)
       lead_ids = {r: topics.lead_token_ids(loaded.lm, t) for r, t in leads.items()}
       tokens = private_decode.decode_many(
-          predictor, suffixes, bench_build.sample_key_of, paid=paid,
+          predictor, suffixes, benchmarks.sample_key_of, paid=paid,
           hint_of=(lambda r: keywords[r]) if hint == "keyword" else None,
           lead_of=lambda r: lead_ids[r])
       seconds = time.perf_counter() - start
@@ -232,7 +232,7 @@ def expected_topic_fidelity(build_dir: str, epsilons, variants) -> dict:
   from dpsynrag_jax.privacy import mechanisms  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import topics  # pylint: disable=g-import-not-at-top
-  loaded = bench_build.load_sample(build_dir, 0)
+  loaded = benchmarks.load_sample(build_dir, 0)
   config = loaded.config
   task = load_task("medical", num_documents=config.data.num_documents, num_validation=0,
                    num_test=0, seed=config.data.split_seed)
@@ -274,7 +274,7 @@ def openings_recall(build_dir: str, epsilons, variants, num_test: int) -> dict:
   from dpsynrag_jax.models import load_encoder  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import pipeline  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.synrag import topics  # pylint: disable=g-import-not-at-top
-  loaded = bench_build.load_sample(build_dir, 0)
+  loaded = benchmarks.load_sample(build_dir, 0)
   config = loaded.config
   task = load_task("medical", num_documents=config.data.num_documents, num_validation=0,
                    num_test=num_test, seed=config.data.split_seed)

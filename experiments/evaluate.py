@@ -20,68 +20,11 @@ from __future__ import annotations
 
 import os
 
-from absl import logging
-
 from dpsynrag_jax import privacy
-from dpsynrag_jax.evaluation import (METHOD_NAMES, SCORING, benchmark_note, check_eval_data,
-                                     evaluate_method, load_eval_task, load_models, make_method,
-                                     method_settings, rescore_row, settings_digest, split_list)
+from dpsynrag_jax.evaluation import METHOD_NAMES
+from dpsynrag_jax.evaluation import evaluate
 from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments import cli
-from experiments import reporting
-
-
-def run(config, workdir: str, tables: bool = True) -> list[dict]:
-  """Every (dataset, seed, method) row of `config`, computed or read back; with `tables`, also
-  results.json, table.md and accuracy.png of exactly these rows."""
-  os.makedirs(workdir, exist_ok=True)
-  results_path = os.path.join(workdir, "results.jsonl")
-  history = wd_lib.read_jsonl(results_path)
-  by_key = {r["settings"]: r for r in history if "settings" in r}
-  rows = []   # this config's rows, in the order they are listed
-  lm, encoder = load_models(config)
-  for dataset in split_list(config.datasets):
-    task = load_eval_task(config, dataset)
-    check_eval_data(workdir, config, dataset, task)
-    attacks = task.attack_queries[:config.get("num_attacks", 0)]
-    num_queries = len(task.test) + len(attacks)
-    for seed in [int(s) for s in split_list(config.seeds)]:
-      for name in split_list(config.methods):
-        if name not in METHOD_NAMES:
-          raise ValueError(f"Unknown method {name!r}; expected one of {sorted(METHOD_NAMES)}.")
-        key = settings_digest(method_settings(name, config, task, seed, num_queries))
-        # Answers are logged as they come (private: the texts each answer saw), so a run cut
-        # off mid-method resumes from its last logged chunk.
-        log_dir = os.path.join(workdir, wd_lib.PRIVATE, "answers", key)
-        if key in by_key and by_key[key].get("scoring", 1) != SCORING:
-          rescored = rescore_row(by_key[key], task, task.test, attacks, log_dir)
-          if rescored is None:
-            logging.warning("%s on %s, seed %d: scored by older answer matchers and its "
-                            "answer log is incomplete; the row is kept as it was scored.",
-                            METHOD_NAMES[name], dataset, seed)
-          else:
-            logging.info("%s on %s, seed %d: scored again from its answer log (matchers "
-                         "version %d).", METHOD_NAMES[name], dataset, seed, SCORING)
-            wd_lib.append_jsonl(results_path, [rescored])
-            by_key[key] = rescored
-        if key in by_key:
-          rows.append(by_key[key])
-          continue
-        logging.info("Evaluating %s on %s, seed %d.", METHOD_NAMES[name], dataset, seed)
-        method = make_method(name, config, task, lm, encoder, seed, workdir, num_queries)
-        row = {"dataset": dataset, "method": METHOD_NAMES[name], "seed": seed,
-               "settings": key, **evaluate_method(method, task, task.test, attacks, log_dir)}
-        if name == "dp_synrag":
-          row["build"] = os.path.relpath(method.workdir, workdir)
-        wd_lib.append_jsonl(results_path, [row])
-        rows.append(row)
-        by_key[key] = row
-        logging.info("%s", {k: v for k, v in row.items()
-                            if "examples" not in k and k != "per_question"})
-  if tables:
-    reporting.write_tables(rows, workdir, title="Methods x datasets (mean +- std over seeds)",
-                           note=benchmark_note(rows))
-  return rows
 
 
 def sweep_rows(config, workdir: str) -> list[dict]:
@@ -101,4 +44,4 @@ def sweep_rows(config, workdir: str) -> list[dict]:
 
 
 if __name__ == "__main__":
-  cli.run_app(run, "Evaluation config.")
+  cli.run_app(evaluate.run, "Evaluation config.")

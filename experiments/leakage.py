@@ -18,9 +18,9 @@ from typing import Sequence
 import numpy as np
 
 from dpsynrag_jax import evaluation_artifacts as artifacts
-from experiments import evaluate
+from dpsynrag_jax.evaluation import evaluate
+from dpsynrag_jax.evaluation import reporting
 from experiments import cli
-from experiments import reporting
 
 TOOL = "leakage"
 READS = "the private documents' patient names (counts of outputs naming them)"

@@ -25,10 +25,10 @@ import tqdm
 
 from dpsynrag_jax import baselines
 from dpsynrag_jax import evaluation
+from dpsynrag_jax.evaluation import reporting
 from dpsynrag_jax.rag import metrics
 from dpsynrag_jax.synrag import workdir as wd_lib
 from experiments import cli
-from experiments import reporting
 
 
 

@@ -24,9 +24,9 @@ import numpy as np
 from dpsynrag_jax import evaluation
 from dpsynrag_jax import evaluation_artifacts as artifacts
 from dpsynrag_jax.data.tasks import Task
-from experiments import evaluate
+from dpsynrag_jax.evaluation import evaluate
+from dpsynrag_jax.evaluation import reporting
 from experiments import cli
-from experiments import reporting
 
 
 def define_flags() -> None:

@@ -165,7 +165,8 @@ def test_an_interrupted_dp_rag_run_resumes_to_the_uninterrupted_answers(models, 
   the secret kept in their checkpoint folder (the private answer log's, as evaluate_method
   sets it), which is what makes the resumed session the interrupted one."""
   from dpsynrag_jax import evaluation  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(evaluation, "ANSWER_CHUNK", 2)
+  from dpsynrag_jax.evaluation import scoring  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(scoring, "ANSWER_CHUNK", 2)   # read where answer_resumably is defined
   lm, encoder = models
   questions = _questions(task)   # 6: three chunks
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from experiments import bench_generation
+from dpsynrag_jax import benchmarks
 import pytest
 
 pytestmark = pytest.mark.slow   # runs the benchmarks
@@ -15,18 +15,18 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_useful_flops_count_the_lm_head_only_where_logits_are_sampled():
-  cfg = bench_generation.RANDOM_SHAPES["llama-3.1-8b-small"]()
+  cfg = benchmarks.RANDOM_SHAPES["llama-3.1-8b-small"]()
   d, hd, f, v, n = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size, 2
   per_layer = 2 * d * hd * (2 * cfg.num_heads + 2 * cfg.num_kv_heads) + 6 * d * f
   p, T = 5, 3
   expected = ((p + T) * cfg.num_layers * per_layer + T * 2 * d * v +
               cfg.num_layers * 4 * cfg.num_heads * hd * (p + T) * (p + T + 1) / 2)
-  assert bench_generation.nominal_flops(cfg, [p] * n, T) == n * expected
+  assert benchmarks.nominal_flops(cfg, [p] * n, T) == n * expected
 
 
 def test_weight_matmul_ceiling_times_every_weight_matmul_of_a_step():
-  cfg = bench_generation.RANDOM_SHAPES["llama-3.1-8b-small"]()
-  ceiling = bench_generation.weight_matmul_ceiling(cfg, [2, 8], repeats=2)
+  cfg = benchmarks.RANDOM_SHAPES["llama-3.1-8b-small"]()
+  ceiling = benchmarks.weight_matmul_ceiling(cfg, [2, 8], repeats=2)
   assert [row["rows"] for row in ceiling] == [2, 8]
   # Every layer's seven matmuls and the LM head: all parameters but the embedding table.
   matmul_params = cfg.num_params() - cfg.vocab_size * cfg.hidden_size
@@ -38,7 +38,7 @@ def test_weight_matmul_ceiling_times_every_weight_matmul_of_a_step():
 
 
 def test_llama_shape_is_the_8b_model():
-  cfg = bench_generation.RANDOM_SHAPES["llama-3.1-8b"]()
+  cfg = benchmarks.RANDOM_SHAPES["llama-3.1-8b"]()
   assert abs(cfg.num_params() - 8.03e9) < 0.01e9
   assert cfg.rope.rope_type == "llama3"
 
@@ -65,7 +65,7 @@ def test_device_bench_script_on_cpu_with_the_small_shape(tmp_path):
   assert build["evaluation_artifact"]["tool"] == "bench_build"
   assert build["evaluation_artifact"]["differentially_private"] is False
   assert build["model"] == "random:llama-3.1-8b-small" and build["dtype"] == "bfloat16"
-  cfg = bench_generation.RANDOM_SHAPES["llama-3.1-8b-small"]()
+  cfg = benchmarks.RANDOM_SHAPES["llama-3.1-8b-small"]()
   assert build["parameters"] == cfg.num_params() and build["T"] == 8
   assert build["clusters"] == 3 and build["rows_real"] > 0
   assert build["runs"][0]["seconds"]["decode"] > 0 and build["runs"][0]["useful_gflop"] > 0

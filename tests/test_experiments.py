@@ -13,8 +13,8 @@ import pytest
 from dpsynrag_jax import evaluation
 from dpsynrag_jax import evaluation_artifacts as artifacts
 from dpsynrag_jax import privacy
+from dpsynrag_jax.evaluation import evaluate
 from experiments import ablations
-from experiments import evaluate
 from experiments import leakage
 from experiments import queries_vs_accuracy
 from experiments import rare_topics
@@ -434,7 +434,7 @@ def test_the_other_datasets_evaluate_and_funnel_on_generated_fixtures(dataset, t
   """The tiny evaluation and the funnel on a generated MovieLens / SearchQA folder (the real
   data is never vendored; its configs read --config.paths.*)."""
   from dpsynrag_jax.data import fixtures  # pylint: disable=g-import-not-at-top
-  from experiments import funnel  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.evaluation import funnel  # pylint: disable=g-import-not-at-top
   write = {"movielens": fixtures.write_movielens_fixture,
            "searchqa": fixtures.write_searchqa_fixture}[dataset]
   config = evaluate_config.get_config("tiny")

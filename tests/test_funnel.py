@@ -8,9 +8,9 @@ import pytest
 
 from dpsynrag_jax import evaluation_artifacts as artifacts
 from dpsynrag_jax.data.tasks import Task, TaskQuery
+from dpsynrag_jax.evaluation import funnel
 from dpsynrag_jax.rag import index as rag_index
 from dpsynrag_jax.synrag import workdir as wd_lib
-from experiments import funnel
 from experiments.configs import evaluate as evaluate_config
 from experiments.configs import medical_synth
 
