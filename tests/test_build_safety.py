@@ -84,7 +84,7 @@ def test_unknown_and_missing_fields_are_refused():
 
 def test_presets_hold_every_field_of_the_schema():
   schema = build_config.default_config().to_dict()
-  for arg in ("paper", "paper_cpu", "demo", "quick", "tiny"):
+  for arg in medical_synth.ARGS:
     preset = medical_synth.get_config(arg).to_dict()
     assert {s: sorted(v) for s, v in preset.items() if isinstance(v, dict)} == {
         s: sorted(v) for s, v in schema.items() if isinstance(v, dict)}, arg

@@ -22,6 +22,7 @@ from experiments.configs import ablations as ablations_config
 from experiments.configs import evaluate as evaluate_config
 from experiments.configs import queries_vs_accuracy as qva_config
 from experiments.configs import utility_options as utility_config
+from experiments.configs import medical_synth
 
 pytestmark = pytest.mark.slow   # every test runs an app end to end on the tiny configs
 
@@ -331,8 +332,16 @@ def test_demo_runs_end_to_end_on_the_tiny_config(tmp_path, capsys):
   scored = demo.run(str(tmp_path), num_questions=2, funnel_questions=4, config_arg="tiny")
   out = capsys.readouterr().out
   assert "spent epsilon = 10.000" in out
-  assert "answers name the right disease" in out
   assert funnel_headline_in(out) and scored["questions"] == 4
+  assert "; accuracy " in out and out.count("evaluation: gold = ") == 2
+  # The first released texts, in release order, whatever they are.
+  build = demo.build_dir(medical_synth.get_config("tiny"), str(tmp_path))
+  released = [json.loads(line) for line in open(os.path.join(build, "synthetic_db.jsonl"))]
+  shown = [line for line in out.splitlines() if line.startswith("  [")]
+  assert shown == [f"  {demo.one_line(r)}" for r in released[:5]] and len(shown) == 5
+  # The paper-scale figures are quoted from the committed results, labelled as such.
+  assert "docs/results/paper_cpu/results.json, NOT recomputed" in out
+  assert "DP-SynRAG  eps      10  accuracy  19.0 %  context recall 58 %" in out
   demo.run(str(tmp_path), num_questions=2, funnel_questions=4, config_arg="tiny")
   assert "Reusing the finished build" in capsys.readouterr().out
 

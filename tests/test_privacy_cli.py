@@ -82,7 +82,9 @@ def test_a_config_is_charged_as_its_build_charges():
   config = medical_synth.get_config("demo")
   report = accounting_app.config_report(config)
   assert report == accounting_app.accounting_report(
-      10.0, 1e-3, L=1, T=32, topic_terms=config.generation.topic_terms, topic_share=0.5)
+      5.0, 1e-3, L=5, T=0, topic_terms=config.generation.topic_terms, topic_share=1.0,
+      accountant="rdp")
+  assert report["eps_dp_accounting_rdp"] == pytest.approx(5.0, abs=1e-6)
   # Without re-ranking no threshold or embedding sum is charged: the budget is not all spent.
   config = medical_synth.get_config("tiny")
   config.clustering.rerank = False

@@ -11,9 +11,11 @@ ARG:
   paper_cpu  the paper's Table 6 settings on all 8000 notes with the embedded models, where
          the 135M model forces it: lexical keywords, no self-filter (BUILD_NOTES, "Deviations");
          hours on a 2-core CPU
-  demo   `make demo`: all 8000 notes, 96 clusters of about 40 notes, each note in one (L = 1),
-         settings chosen with the funnel on validation questions (experiments.funnel --plan),
-         each text opening with its cluster's topic terms; minutes on a 2-core CPU
+  demo   `make demo`: paper_cpu's clustering on all 8000 notes with openings-only texts (each
+         text is its cluster's disease and symptoms drawn by exponential mechanisms, no
+         private tokens), eps 5 chosen on validation questions; minutes on a 2-core CPU
+  demo_paper  `make demo-paper`: paper_cpu (private token decode) on a 1000-note subset with
+         10 clusters; minutes on a 2-core CPU
   quick  the earlier demo: a 2000-note subset, 24 clusters (evaluate.py:cpu builds it)
   tiny   a 2-layer random model on 200 documents: seconds, for tests
 Any field can be overridden on the command line, e.g. --config.privacy.epsilon=3.
@@ -33,12 +35,12 @@ from dpsynrag_jax.synrag import build_config
 from launch import grid
 
 APP = "experiments.build_synthetic_db"   # what launch.sweep runs with this config
+ARGS = ("paper", "paper_cpu", "demo", "demo_paper", "quick", "tiny")
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  if arg not in ("paper", "paper_cpu", "demo", "quick", "tiny"):
-    raise ValueError(f"Unknown config arg {arg!r}; expected paper, paper_cpu, demo, quick or "
-                     "tiny.")
+  if arg not in ARGS:
+    raise ValueError(f"Unknown config arg {arg!r}; expected one of {', '.join(ARGS)}.")
   # The paper's method (Table 6) with every field of the schema; presets change fields.
   config = build_config.default_config()
 
@@ -50,27 +52,31 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     config.keywords.method = "lexical"
     config.self_filter.enabled = False
   elif arg == "demo":
-    # Chosen with the funnel's plan mode on 100 validation questions and the decode fidelity
-    # of a first build (BUILD_NOTES, "Demo settings"): on all 8000 notes, 96 clusters of ~40
-    # nearest notes with L = 1 reach 85 % coverage (a question's disease is the majority of
-    # some cluster) with ~2000 decoded rows. L = 1 gives c/tau = 0.25 (T = 64 alone, or
-    # T = 32 after topic terms that take half of the rest), so 40 agreeing notes outweigh the
-    # vocabulary's noise (k c = 10; the paper's k = 80 and c = 0.106 give 8.5); with k = 30 no
-    # cluster under 25 notes named its disease. The quick config's 24 clusters cover 43 %.
+    # `make demo`: paper_cpu's clustering (Table 6: K 10, R 500, L 5, k 80) with
+    # openings-only texts: each text is its cluster's disease and three symptoms, drawn by
+    # exponential mechanisms from the public Medical Synth lists, and no private tokens
+    # (T = 0), so the whole budget left after clustering goes to the terms. The best texts
+    # measured for the embedded models, and minutes to build instead of hours
+    # (docs/deviations.md, "Openings-only texts"); eps chosen on validation questions.
     config.keywords.method = "lexical"
-    config.clustering.R = 96
-    config.clustering.L = 1
-    config.clustering.k = 40
-    # Topic terms (issue 18): each text opens with its cluster's disease and three symptoms,
-    # drawn by exponential mechanisms (eps_topic 1.44 at L = 1), then 32 private tokens at the
-    # same c as the earlier 64 without terms (0.254): the disease no longer has to survive
-    # the token draws (56 % of pure clusters named it with T = 64 and no terms).
+    config.self_filter.enabled = False
     config.generation.topic_terms = "medical_synth.diseases:1,medical_synth.symptoms:3"
-    config.privacy.topic_share = 0.5
-    config.generation.T = 32
-    config.self_filter.enabled = False   # SmolLM2-135M cannot judge YES/NO (see quick)
+    config.generation.T = 0
+    config.privacy.topic_share = 1.0
+    config.privacy.accountant = "rdp"
+    config.privacy.epsilon = 5.0
     # A demonstration that prints the same figures on every machine (README): its noise comes
     # from the public seed, and the demo says that it is therefore not a private release.
+    config.privacy.noise = "seeded"
+  elif arg == "demo_paper":
+    # `make demo-paper`: the paper's own method (paper_cpu: Table 6 settings, T = 70 private
+    # tokens per text) on a 1000-note subset with 10 clusters of about 30 notes, so that its
+    # decode (about 300 rows x 70 tokens) fits in minutes on a CPU.
+    config.data.num_documents = 1000
+    config.keywords.method = "lexical"
+    config.self_filter.enabled = False
+    config.clustering.R = 10
+    config.clustering.k = 30
     config.privacy.noise = "seeded"
   elif arg == "quick":
     # Fewer, larger-c tokens: at eps = 10 with ~40-document clusters, L = 2 and T = 64 give
