@@ -141,6 +141,21 @@ def test_chunked_prefill_equals_one_call(tiny, monkeypatch):
     np.testing.assert_allclose(chunked, one, atol=1e-4, err_msg=f"{arch} step {step}")
 
 
+def test_a_callers_prefill_chunk_equals_one_call(tiny):
+  """prefill(chunk=n) chunks prompts shorter than the default threshold (a caller bounding its
+  memory): the same next-token logits up to summation order; a chunk that is not positive is
+  refused."""
+  arch, _, lm = tiny
+  rng = np.random.default_rng(6)
+  prompts = [_ids(rng, 1, n)[0].tolist() for n in (9, 45, 30, 17)]   # bucket 48: 3 chunks of 16
+  one, _ = lm.prefill(prompts, capacity=64)
+  chunked, _ = lm.prefill(prompts, capacity=64, chunk=16)
+  np.testing.assert_allclose(np.asarray(chunked[:4]), np.asarray(one[:4]), atol=1e-4,
+                             err_msg=arch)
+  with pytest.raises(ValueError, match="chunk"):
+    lm.prefill(prompts, capacity=64, chunk=0)
+
+
 def _stacked(params):
   """Per-layer parameters (decoder.unstack_params) stacked back, as the layer scan wants them."""
   return {**params, "layers": jax.tree.map(lambda *a: jnp.stack(a), *params["layers"])}

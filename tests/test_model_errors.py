@@ -124,6 +124,17 @@ def test_generate_answers_in_the_callers_order_after_length_sorting():
   assert together == alone
 
 
+def test_generate_with_a_prefill_chunk_gives_the_same_greedy_tokens():
+  """A caller bounding its memory (prefill_chunk, as the demo's reader) gets the same greedy
+  continuations as one-call prefill on prompts that span several chunks."""
+  from dpsynrag_jax.models import load_lm  # pylint: disable=g-import-not-at-top
+  lm = load_lm("tiny-random")
+  prompts = ["a long prompt " * 20, "short", "a medium prompt " * 6]
+  assert max(map(len, lm.encode(prompts))) > 32
+  assert (lm.generate_ids(prompts, 6, batch_size=3) ==
+          lm.generate_ids(prompts, 6, batch_size=3, prefill_chunk=16))
+
+
 def test_special_ids_outside_the_vocabulary_fall_back(tmp_path):
   """transformers' default Phi-3 eos id (32000) beside a 131-token vocabulary: it can never be
   produced (dropped) and must not be used for padding; logits match transformers and are

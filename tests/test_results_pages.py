@@ -82,7 +82,7 @@ def test_a_changed_number_changes_the_pages_it_feeds(tmp_path):
 def test_a_number_typed_in_a_page_source_is_refused(tmp_path):
   results = _copy_json(tmp_path)
   for typed, found in (("context recall 88 % at eps 5", "88"), ("on 2026-12-03", "2026"),
-                       ("in this session", "session"), ("on two builds", "two")):
+                       ("a work session note", "session"), ("on two builds", "two")):
     _edit(os.path.join(results, "beyond_5", rp.PAGE_SOURCE),
           lambda page, typed=typed: page["blocks"].append(typed))
     with pytest.raises(ValueError, match=found):

@@ -138,11 +138,17 @@ class LanguageModel:
       raise ValueError(f"Token ids must lie in [0, {self.config.vocab_size}); got "
                        f"[{ids.min()}, {ids.max()}].")
 
-  def prefill(self, token_lists: Sequence[Sequence[int]], capacity: int):
+  def prefill(self, token_lists: Sequence[Sequence[int]], capacity: int,
+              chunk: int | None = None):
     """Prefills right-padded prompts into a fresh cache of `capacity` slots.
 
     Returns (next-token logits [Bp, V], cache) with Bp = bucket_batch(len(token_lists)); rows past
     the real prompts are padding (one pad token each) and should be ignored.
+
+    chunk: None prefills prompts bucketed up to CHUNKED_PREFILL_FROM in one call and longer ones
+      PREFILL_CHUNK tokens at a time; a number prefills every prompt longer than it `chunk`
+      tokens at a time, which bounds the attention scores' memory ([B, heads, chunk, capacity])
+      at the price of another summation order than one call (not bytewise the same logits).
     """
     if not token_lists:
       raise ValueError("prefill() got no prompts.")
@@ -163,7 +169,10 @@ class LanguageModel:
     rope = self.config.rope
     # LongRoPE picks its factors per call from the call's largest position (as transformers
     # does), so chunks across its original length would rotate early tokens differently.
-    whole_call = s <= CHUNKED_PREFILL_FROM or (
+    if chunk is not None and chunk < 1:
+      raise ValueError(f"chunk must be None or positive, got {chunk}.")
+    whole_from, step = (CHUNKED_PREFILL_FROM, PREFILL_CHUNK) if chunk is None else (chunk, chunk)
+    whole_call = s <= whole_from or (
         rope.rope_type == "longrope" and s > rope.original_max_position_embeddings)
     if whole_call:
       return inference.prefill(self.params, self.config, self.dtype, cache, jnp.asarray(tokens),
@@ -172,12 +181,12 @@ class LanguageModel:
     # padding slots, position -1, which no query reads), and its next-token logits come from the
     # chunk holding its last token. Same attention up to summation order.
     logits = None
-    for start in range(0, s, PREFILL_CHUNK):
-      part = np.clip(new_lengths - start, 0, PREFILL_CHUNK).astype(np.int32)
+    for start in range(0, s, step):
+      part = np.clip(new_lengths - start, 0, step).astype(np.int32)
       chunk_logits, cache = inference.prefill(
           self.params, self.config, self.dtype, cache,
-          jnp.asarray(tokens[:, start:start + PREFILL_CHUNK]), jnp.asarray(part))
-      ends_here = jnp.asarray((new_lengths > start) & (new_lengths <= start + PREFILL_CHUNK))
+          jnp.asarray(tokens[:, start:start + step]), jnp.asarray(part))
+      ends_here = jnp.asarray((new_lengths > start) & (new_lengths <= start + step))
       logits = chunk_logits if logits is None else jnp.where(ends_here[:, None], chunk_logits,
                                                              logits)
     return logits, cache
@@ -196,13 +205,17 @@ class LanguageModel:
     return np.concatenate(out)
 
   def generate(self, prompts: Sequence[str], max_new_tokens: int, temperature: float = 0.0,
-               seed: int = 0, chat: bool = True, batch_size: int = 32) -> list[str]:
-    """Completions of `prompts` (chat template applied unless chat=False), greedy at 0."""
-    ids = self.generate_ids(prompts, max_new_tokens, temperature, seed, chat, batch_size)
+               seed: int = 0, chat: bool = True, batch_size: int = 32,
+               prefill_chunk: int | None = None) -> list[str]:
+    """Completions of `prompts` (chat template applied unless chat=False), greedy at 0.
+    prefill_chunk: as prefill's `chunk` (None: the default, one call up to 1024 tokens)."""
+    ids = self.generate_ids(prompts, max_new_tokens, temperature, seed, chat, batch_size,
+                            prefill_chunk)
     return [self.decode(t) for t in ids]
 
   def generate_ids(self, prompts: Sequence[str], max_new_tokens: int, temperature: float = 0.0,
-                   seed: int = 0, chat: bool = True, batch_size: int = 32) -> list[list[int]]:
+                   seed: int = 0, chat: bool = True, batch_size: int = 32,
+                   prefill_chunk: int | None = None) -> list[list[int]]:
     """Like generate, returning token ids up to and including EOS."""
     if isinstance(prompts, str):
       raise TypeError("generate() takes a list of prompts, not a single string.")
@@ -221,7 +234,7 @@ class LanguageModel:
       rows = order[start:start + batch_size]
       chunk = [token_lists[i] for i in rows]
       capacity = bucket_length(max(map(len, chunk))) + bucket_length(max_new_tokens)
-      logits, cache = self.prefill(chunk, capacity)
+      logits, cache = self.prefill(chunk, capacity, prefill_chunk)
       padding = np.arange(logits.shape[0]) >= len(chunk)   # batch rows past the prompts
       tokens, lengths = inference.decode_loop(
           self.params, self.config, self.dtype, cache, logits,

@@ -77,8 +77,12 @@ def qa_prompt(question: str, contexts: Sequence[str],
 
 def answer_questions(lm, questions: Sequence[str], contexts: Sequence[Sequence[str]], *,
                      max_new_tokens: int = 48, batch_size: int = 16,
-                     prompt: ReaderPrompt | None = None) -> list[str]:
-  """Greedy answers, one per question, each from its own retrieved texts."""
+                     prompt: ReaderPrompt | None = None,
+                     prefill_chunk: int | None = None) -> list[str]:
+  """Greedy answers, one per question, each from its own retrieved texts.
+
+  prefill_chunk: LanguageModel.prefill's `chunk` (None: its default); a small one bounds the
+  reader's peak memory, and its answers can differ from the default's in float rounding."""
   if len(questions) != len(contexts):
     raise ValueError("questions and contexts must have the same length.")
   if not questions:
@@ -87,6 +91,7 @@ def answer_questions(lm, questions: Sequence[str], contexts: Sequence[Sequence[s
   prefix = prompt.prefix
   texts = [lm.chat_prompt(qa_prompt(q, c, prompt)) + (prefix if c else "")
            for q, c in zip(questions, contexts)]
-  outs = lm.generate(texts, max_new_tokens, temperature=0.0, batch_size=batch_size, chat=False)
+  outs = lm.generate(texts, max_new_tokens, temperature=0.0, batch_size=batch_size, chat=False,
+                     prefill_chunk=prefill_chunk)
   return [((prefix + " " if c and prefix else "") + a.strip()).strip()
           for a, c in zip(outs, contexts)]
