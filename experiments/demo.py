@@ -44,10 +44,10 @@ PAPER_COMMAND = ("python -m experiments.evaluate --config=experiments/configs/ev
                  "paper_cpu --workdir=runs/paper_cpu/eval")
 SHOWN_TEXTS = 5
 # The reader's prompts (10 texts and a question) reach 589 tokens; prefilled in one call, 16 at
-# a time, their attention scores took the demo's peak memory from 2.1 to 3.9 GB. 8 rows and
-# chunks of 256 tokens hold it near 2.5 GB (the same 100 answers as one call, measured).
+# a time, they took the demo's peak resident memory from 2.1 to 3.9 GB. 8 rows in chunks of
+# 128 tokens: 2.4 GB for the reader alone, and the same 100 answers as one call (measured).
 READER_BATCH = 8
-READER_PREFILL_CHUNK = 256
+READER_PREFILL_CHUNK = 128
 
 
 def define_flags() -> None:
