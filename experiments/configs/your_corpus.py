@@ -28,6 +28,7 @@ the exact private count.
 import ml_collections
 
 from dpsynrag_jax.synrag import build_config
+from experiments.configs import medical_synth
 
 APP = "experiments.build_synthetic_db"   # what launch.sweep runs with this config
 ARGS = ("cpu", "paper", "tiny")
@@ -44,11 +45,10 @@ def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
   config.self_filter.enabled = False
   if arg in ("cpu", "tiny"):
     config.keywords.method = "lexical"
-  if arg == "tiny":
-    config.model.lm = "tiny-random"
-    config.data.max_doc_tokens = 96
-    config.clustering.R = 6
-    config.clustering.L = 2
-    config.clustering.k = 12
-    config.generation.T = 8
+  if arg == "tiny":   # the tests' tiny model and clusters, as medical_synth.py:tiny sets them
+    tiny = medical_synth.get_config("tiny")
+    config.model.lm = tiny.model.lm
+    config.data.max_doc_tokens = tiny.data.max_doc_tokens
+    config.clustering = tiny.clustering
+    config.generation.T = tiny.generation.T
   return config
