@@ -67,12 +67,14 @@ def planned_ledger(cal: privacy.Calibration, *, clusters: int | None = None,
   clusters (every cluster costs the same; the ledger charges a document the L largest).
 
   The entries a build records (synrag.clustering, synrag.reranking, synrag.pipeline): the
-  histogram; per cluster its embedding sum and threshold (with re-ranking), its topic terms
+  histogram; the term discovery's partition selection (terms_m > 0); per cluster its embedding sum and threshold (with re-ranking), its topic terms
   (topic_count > 0), its paid tokens (paid_tokens > 0) and their tests (svt_paid > 0).
   clusters: the build's cluster count when known (clustering.R), else L.
   """
   ledger = privacy.PrivacyLedger.for_calibration(cal)
   ledger.record_histogram(cal.K, cal.sigma_h)
+  if cal.terms_m:
+    ledger.record_partition_selection(cal.terms_m, cal.sigma_terms, cal.terms_threshold)
   for r in range(cal.L if clusters is None else min(int(clusters), cal.L)):
     if rerank:
       ledger.record_cluster_mean(r, cal.sigma_mu)
@@ -120,7 +122,13 @@ def config_report(config: ml_collections.ConfigDict) -> dict:
       "paid_tokens_per_cluster": cal.paid_tokens,
       "rerank": rerank,
       "clusters_charged": len({e.cluster for e in ledger.entries if e.cluster is not None}),
-      "rho_histogram": sum((e.rho for e in ledger.entries if e.cluster is None), 0.0),
+      "rho_histogram": sum((e.rho for e in ledger.entries if e.kind == "gaussian" and
+                            e.cluster is None), 0.0),
+      "terms_per_document": cal.terms_m,
+      "rho_terms": sum((e.rho for e in ledger.entries if e.kind == "partition_selection"), 0.0),
+      "sigma_terms": cal.sigma_terms,
+      "terms_threshold": cal.terms_threshold,
+      "delta_terms": ledger.delta_spent,
       "rho_per_cluster": per_cluster,
       "rho_threshold_per_cluster": per_cluster["threshold"],
       "rho_retr_per_cluster": per_cluster["embedding_sum"],

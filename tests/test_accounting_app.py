@@ -1,5 +1,5 @@
-"""The accounting app against real tiny builds: for topic terms, the sparse vector test and
-openings-only texts (T = 0), its report equals the released privacy ledger's totals (both
+"""The accounting app against real tiny builds: for topic terms, the sparse vector test,
+openings-only texts (T = 0) and discovered topic terms, its report equals the released privacy ledger's totals (both
 accountants) and each cluster's parts, through its function, its --config and its flags."""
 
 import json
@@ -61,7 +61,10 @@ def assert_report_is_the_ledger(report: dict, ledger: privacy.PrivacyLedger, con
   # Part by part: the histogram, and every released cluster's threshold, embedding sum,
   # topic terms, tokens and tests.
   assert report["rho_histogram"] == pytest.approx(
-      sum(e.rho for e in ledger.entries if e.cluster is None), abs=TOL)
+      sum(e.rho for e in ledger.entries if e.cluster is None and e.kind == "gaussian"), abs=TOL)
+  assert report["rho_terms"] == pytest.approx(
+      sum(e.rho for e in ledger.entries if e.kind == "partition_selection"), abs=TOL)
+  assert report["delta_terms"] == pytest.approx(ledger.delta_spent, rel=1e-12, abs=0.0)
   clusters = sorted({e.cluster for e in ledger.entries if e.cluster is not None})
   assert clusters == list(range(config.clustering.R))
   assert report["clusters_charged"] == min(config.clustering.R, config.clustering.L)
@@ -124,4 +127,25 @@ def test_openings_only_texts_with_topic_terms_taking_everything(tmp_path):
   assert report["c"] == 0.0 and report["paid_tokens_per_cluster"] == 0
   assert report["rho_per_cluster"]["tokens"] == 0.0
   cli = run_app("--K=10", "--L=2", "--T=0", f"--topic_terms={TERMS}", "--topic_share=1")
+  assert_same_report(cli, report)
+
+
+def test_discovered_terms_their_partition_selection_and_delta(tmp_path):
+  overrides = {"generation.T": 0, "generation.topic_terms": "discovered:3",
+               "privacy.topic_share": 1.0, "privacy.rho_terms": 1.0,
+               "privacy.accountant": "rdp"}
+  config = tiny_config(overrides)
+  pipeline.build_synthetic_db(config, str(tmp_path))
+  ledger = privacy.PrivacyLedger.load(str(tmp_path / wd_lib.LEDGER))
+  report = accounting_app.config_report(config)
+  assert_report_is_the_ledger(report, ledger, config)
+  # One partition selection: rho 1, delta the configured share of delta, spent by both
+  # accountants before converting the rest.
+  assert report["rho_terms"] == pytest.approx(1.0, rel=1e-12)
+  assert ledger.delta_spent == pytest.approx(0.1 * config.privacy.delta, rel=1e-9)
+  assert ledger.spent_epsilon("rdp") == pytest.approx(config.privacy.epsilon, abs=1e-6)
+  cli = run_app("--config=experiments/configs/medical_synth.py:tiny", "--config.clustering.R=3",
+                "--config.generation.T=0", "--config.generation.topic_terms=discovered:3",
+                "--config.privacy.topic_share=1", "--config.privacy.rho_terms=1",
+                "--config.privacy.accountant=rdp")
   assert_same_report(cli, report)

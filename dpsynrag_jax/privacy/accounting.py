@@ -10,7 +10,9 @@ Theorem 1 of the paper (zCDP, add/remove one document; each document is in at mo
   eps = rho + sqrt(4 rho log(1/delta))
 
 With topic terms (synrag.topics, off in the paper) each cluster also pays m * eps_topic^2 / 8
-for its m terms, each an eps_topic-bounded-range exponential mechanism.
+for its m terms, each an eps_topic-bounded-range exponential mechanism. Discovering those terms
+in the corpus (privacy.partition_selection, off in the paper) adds a global m_t / (2 sigma_t^2)
+and spends delta_t of delta: every conversion below then runs at delta - delta_t.
 
 Two ways to spend an (epsilon, delta) budget:
   * 'closed_form': the conversion above, as in the paper.
@@ -85,15 +87,17 @@ def token_steps_event(count: int, c: float, tau: float,
 
 
 def theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau, svt_share=0.0,
-                 topic_count=0, eps_topic=0.0) -> float:
+                 topic_count=0, eps_topic=0.0, terms_m=0, sigma_terms=0.0) -> float:
   """Total zCDP rho of one DP-SynRAG run (Theorem 1). T is the tokens paid per cluster: all
   of them for the paper's method, at most `paid` with the sparse vector test (svt_share);
-  topic_count terms of eps_topic per cluster when topic terms are on."""
+  topic_count terms of eps_topic per cluster when topic terms are on; the term discovery's
+  Gaussian (terms_m terms a document, noise sigma_terms) when it runs."""
   per_cluster = (costs.exponential_rho(eps_theta) + costs.gaussian_rho(1.0, sigma_mu) +
                  token_steps_rho(T, c, tau, svt_share))
   if topic_count:
     per_cluster += costs.topic_terms_rho(topic_count, eps_topic)
-  return costs.gaussian_rho(math.sqrt(K), sigma_h) + L * per_cluster
+  discovery = costs.gaussian_rho(math.sqrt(terms_m), sigma_terms) if terms_m else 0.0
+  return costs.gaussian_rho(math.sqrt(K), sigma_h) + discovery + L * per_cluster
 
 
 def zcdp_to_eps(rho: float, delta: float) -> float:
@@ -129,14 +133,18 @@ def cluster_dp_event(eps_theta, sigma_mu, T, c, tau, svt_share=0.0, topic_count=
 
 
 def run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, T, c, tau, svt_share=0.0,
-                 topic_count=0, eps_topic=0.0) -> dp_accounting.DpEvent:
-  """The DpEvent of a whole run: the histogram, then L clusters' worth of per-cluster releases.
+                 topic_count=0, eps_topic=0.0, terms_m=0,
+                 sigma_terms=0.0) -> dp_accounting.DpEvent:
+  """The DpEvent of a whole run: the histogram, the term discovery's Gaussian if it runs (its
+  delta is not an event: convert at delta - delta_t), then L clusters' worth of per-cluster
+  releases.
 
   A document sits in at most L clusters and the clusters hold disjoint releases, so a document's
   privacy loss is that of L sequential clusters (parallel composition across the rest).
   """
+  discovery = [costs.gaussian_event(math.sqrt(terms_m), sigma_terms)] if terms_m else []
   return dp_accounting.ComposedDpEvent([
-      costs.gaussian_event(math.sqrt(K), sigma_h),
+      costs.gaussian_event(math.sqrt(K), sigma_h), *discovery,
       dp_accounting.SelfComposedDpEvent(
           cluster_dp_event(eps_theta, sigma_mu, T, c, tau, svt_share, topic_count, eps_topic),
           int(L)),
@@ -196,6 +204,15 @@ class Calibration:
   svt_share: float = 0.0    # the part of a paid token's rho that goes to its test
   topic_count: int = 0      # > 0: topic terms drawn per cluster (synrag.topics)
   eps_topic: float = 0.0    # epsilon of each topic term's exponential mechanism
+  terms_m: int = 0          # > 0: term discovery, at most this many terms a document
+  sigma_terms: float = 0.0  # its noise
+  terms_threshold: float = 0.0   # its release threshold
+  delta_terms: float = 0.0  # the delta it spends (the rest is converted at delta - this)
+
+  @property
+  def delta_rest(self) -> float:
+    """The delta at which the zCDP part is converted (all of it without term discovery)."""
+    return self.delta - self.delta_terms
 
   @property
   def paid_tokens(self) -> int:
@@ -225,18 +242,18 @@ class Calibration:
   def rho_total(self) -> float:
     return theorem1_rho(self.K, self.sigma_h, self.L, self.eps_theta, self.sigma_mu,
                         self.paid_tokens, self.c, self.tau, self.svt_share, self.topic_count,
-                        self.eps_topic)
+                        self.eps_topic, self.terms_m, self.sigma_terms)
 
   def dp_event(self) -> dp_accounting.DpEvent:
     return run_dp_event(self.K, self.sigma_h, self.L, self.eps_theta, self.sigma_mu,
                         self.paid_tokens, self.c, self.tau, self.svt_share, self.topic_count,
-                        self.eps_topic)
+                        self.eps_topic, self.terms_m, self.sigma_terms)
 
   def eps_closed_form(self) -> float:
-    return zcdp_to_eps(self.rho_total, self.delta)
+    return zcdp_to_eps(self.rho_total, self.delta_rest)
 
   def eps_rdp(self, orders: Sequence[float] = DEFAULT_ORDERS) -> float:
-    return rdp_epsilon(self.dp_event(), self.delta, orders)
+    return rdp_epsilon(self.dp_event(), self.delta_rest, orders)
 
 
 def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int = 70,
@@ -244,7 +261,8 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
               rho_retr: float = 0.009, accountant: str = "closed_form",
               orders: Sequence[float] = DEFAULT_ORDERS, svt_paid: int = 0,
               svt_share: float = 0.5, topic_count: int = 0,
-              topic_share: float = 0.0) -> Calibration:
+              topic_share: float = 0.0, terms_m: int = 0, rho_terms: float = 0.0,
+              delta_terms: float = 0.0) -> Calibration:
   """Chooses sigma_h, sigma_mu and c so that a run spends exactly (epsilon, delta).
 
   The histogram gets rho_hist (sigma_h = sqrt(K / (2 rho_hist))); each cluster's embedding sum
@@ -266,10 +284,44 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
   + rho_retr)) / L, so eps_topic = sqrt(8 rho_topics / topic_count); the tokens' c is then
   calibrated on top of that, under either accountant, like every other fixed part.
 
+  terms_m > 0 discovers the topic terms in the corpus first (privacy.partition_selection): its
+  Gaussian takes rho_terms (sigma_t = sqrt(terms_m / (2 rho_terms))), its threshold spends
+  delta_terms of delta, and everything above is calibrated at delta - delta_terms.
+
   Raises ValueError when the fixed parts alone exceed the budget.
   """
   _positive("epsilon", epsilon)
   _delta(delta)
+  discovery = _discovery(delta, terms_m, rho_terms, delta_terms)
+  cal = _calibrate_zcdp_part(epsilon, delta - discovery["delta_terms"], K=K, L=L, T=T, tau=tau,
+                             rho_hist=rho_hist, eps_theta=eps_theta, rho_retr=rho_retr,
+                             accountant=accountant, orders=orders, svt_paid=svt_paid,
+                             svt_share=svt_share, topic_count=topic_count,
+                             topic_share=topic_share, terms_m=discovery["terms_m"],
+                             sigma_terms=discovery["sigma_terms"])
+  return dataclasses.replace(cal, delta=delta, **discovery)
+
+
+def _discovery(delta, terms_m, rho_terms, delta_terms) -> dict:
+  """The term discovery's Calibration fields (all 0 when terms_m = 0)."""
+  if isinstance(terms_m, bool) or int(terms_m) != terms_m or terms_m < 0:
+    raise ValueError(f"terms_m must be an integer >= 0, got {terms_m!r}.")
+  if not terms_m:
+    return dict(terms_m=0, sigma_terms=0.0, terms_threshold=0.0, delta_terms=0.0)
+  _positive("rho_terms", rho_terms)
+  if not 0 < delta_terms < delta:
+    raise ValueError(f"The term discovery's delta must be in (0, delta = {delta:g}), got "
+                     f"{delta_terms!r}.")
+  sigma = math.sqrt(terms_m / (2.0 * rho_terms))
+  threshold = costs.partition_selection_threshold(int(terms_m), sigma, delta_terms)
+  return dict(terms_m=int(terms_m), sigma_terms=sigma, terms_threshold=threshold,
+              delta_terms=costs.partition_selection_delta(int(terms_m), sigma, threshold))
+
+
+def _calibrate_zcdp_part(epsilon, delta, *, K, L, T, tau, rho_hist, eps_theta, rho_retr,
+                         accountant, orders, svt_paid, svt_share, topic_count, topic_share,
+                         terms_m, sigma_terms) -> Calibration:
+  """calibrate() of everything but the discovery's delta, at `delta` (what it left)."""
   for name, value in dict(K=K, L=L, tau=tau, rho_hist=rho_hist, eps_theta=eps_theta,
                           rho_retr=rho_retr).items():
     _positive(name, value)
@@ -279,7 +331,8 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
     return _calibrate_openings_only(epsilon, delta, K=K, L=L, tau=tau, rho_hist=rho_hist,
                                     eps_theta=eps_theta, rho_retr=rho_retr,
                                     accountant=accountant, orders=orders,
-                                    topic_count=topic_count, topic_share=topic_share)
+                                    topic_count=topic_count, topic_share=topic_share,
+                                    terms_m=terms_m, sigma_terms=sigma_terms)
   _positive("T", T)
   if topic_share == 1.0:
     raise ValueError("topic_share=1 leaves nothing for the T tokens; it is for openings-only "
@@ -291,15 +344,17 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
   sigma_h = math.sqrt(K / (2.0 * rho_hist))
   sigma_mu = math.sqrt(1.0 / (2.0 * rho_retr))
   eps_topic = topic_epsilon(epsilon, delta, K=K, L=L, sigma_h=sigma_h, eps_theta=eps_theta,
-                            sigma_mu=sigma_mu, topic_count=topic_count, topic_share=topic_share)
+                            sigma_mu=sigma_mu, topic_count=topic_count, topic_share=topic_share,
+                            terms_m=terms_m, sigma_terms=sigma_terms)
   c = calibrate_c(
       epsilon, delta, accountant=accountant, orders=orders,
       event_of_c=lambda c: run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, paid, c, tau,
-                                        share, topic_count, eps_topic),
+                                        share, topic_count, eps_topic, terms_m, sigma_terms),
       rho_of_c=lambda c: theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, paid, c, tau, share,
-                                      topic_count, eps_topic),
+                                      topic_count, eps_topic, terms_m, sigma_terms),
       what="The histogram, thresholds, embedding sums" +
-           (" and topic terms" if topic_count else ""))
+           (" and topic terms" if topic_count else "") +
+           (" with the term discovery" if terms_m else ""))
   return Calibration(epsilon=epsilon, delta=delta, accountant=accountant, K=K, L=L, T=T,
                      tau=tau, sigma_h=sigma_h, sigma_mu=sigma_mu, eps_theta=eps_theta, c=c,
                      svt_paid=svt_paid, svt_share=share, topic_count=topic_count,
@@ -307,7 +362,8 @@ def calibrate(epsilon: float, delta: float, *, K: int = 10, L: int = 5, T: int =
 
 
 def _calibrate_openings_only(epsilon, delta, *, K, L, tau, rho_hist, eps_theta, rho_retr,
-                             accountant, orders, topic_count, topic_share) -> Calibration:
+                             accountant, orders, topic_count, topic_share, terms_m,
+                             sigma_terms) -> Calibration:
   """T = 0: each text is its cluster's topic terms alone, which take everything a cluster has
   left after its threshold and embedding sum (topic_share must be 1; c = 0, no token is
   charged). 'closed_form' inverts Theorem 1 exactly; 'rdp' searches eps_topic with
@@ -320,15 +376,27 @@ def _calibrate_openings_only(epsilon, delta, *, K, L, tau, rho_hist, eps_theta, 
                      f"{topic_share!r}).")
   sigma_h = math.sqrt(K / (2.0 * rho_hist))
   sigma_mu = math.sqrt(1.0 / (2.0 * rho_retr))
-  eps_topic = topic_epsilon(epsilon, delta, K=K, L=L, sigma_h=sigma_h, eps_theta=eps_theta,
-                            sigma_mu=sigma_mu, topic_count=topic_count, topic_share=1.0)
+  try:
+    eps_topic = topic_epsilon(epsilon, delta, K=K, L=L, sigma_h=sigma_h, eps_theta=eps_theta,
+                              sigma_mu=sigma_mu, topic_count=topic_count, topic_share=1.0,
+                              terms_m=terms_m, sigma_terms=sigma_terms)
+  except ValueError:
+    if accountant != "rdp":
+      raise
+    # The closed form has nothing left, the tighter RDP conversion may: search from a small
+    # guess (calibrate_dp_mechanism refuses if even eps_topic -> 0 exceeds the budget).
+    eps_topic = 1e-3
   if accountant == "rdp":
+    event_of = lambda e: run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, 0, 0.0, tau, 0.0,
+                                      topic_count, e, terms_m, sigma_terms)
+    if rdp_epsilon(event_of(0.0), delta, orders) >= epsilon:
+      raise ValueError(
+          f"The histogram, {'term discovery, ' if terms_m else ''}thresholds and embedding "
+          f"sums alone spend epsilon >= {epsilon:g} at delta {delta:g} (RDP): nothing is left "
+          "for topic terms.")
     eps_topic = float(dp_accounting.calibrate_dp_mechanism(
-        lambda: dp_rdp.RdpAccountant(list(orders)),
-        lambda e: run_dp_event(K, sigma_h, L, eps_theta, sigma_mu, 0, 0.0, tau, 0.0,
-                               topic_count, e),
-        epsilon, delta, bracket_interval=dp_accounting.LowerEndpointAndGuess(0.0, eps_topic),
-        tol=1e-12))
+        lambda: dp_rdp.RdpAccountant(list(orders)), event_of, epsilon, delta,
+        bracket_interval=dp_accounting.LowerEndpointAndGuess(0.0, eps_topic), tol=1e-12))
   return Calibration(epsilon=epsilon, delta=delta, accountant=accountant, K=K, L=L, T=0,
                      tau=tau, sigma_h=sigma_h, sigma_mu=sigma_mu, eps_theta=eps_theta, c=0.0,
                      topic_count=topic_count, eps_topic=eps_topic)
@@ -336,20 +404,23 @@ def _calibrate_openings_only(epsilon, delta, *, K, L, tau, rho_hist, eps_theta, 
 
 def topic_epsilon(epsilon: float, delta: float, *, K: int, L: int, sigma_h: float,
                   eps_theta: float, sigma_mu: float, topic_count: int,
-                  topic_share: float) -> float:
+                  topic_share: float, terms_m: int = 0, sigma_terms: float = 0.0) -> float:
   """eps_topic of each of a cluster's topic_count terms when they take topic_share of the
-  cluster's rho left after its threshold and embedding sum (0.0 without topic terms)."""
+  cluster's rho left after its threshold and embedding sum, and after the term discovery when
+  it runs (0.0 without topic terms)."""
   if isinstance(topic_count, bool) or int(topic_count) != topic_count or topic_count < 0:
     raise ValueError(f"topic_count must be an integer >= 0, got {topic_count!r}.")
   if not topic_count:
     return 0.0
   if not 0 < topic_share <= 1:
     raise ValueError(f"topic_share must be in (0, 1] with topic terms, got {topic_share!r}.")
-  fixed = theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, 1, 0.0, 1.0)
+  fixed = theorem1_rho(K, sigma_h, L, eps_theta, sigma_mu, 1, 0.0, 1.0, terms_m=terms_m,
+                       sigma_terms=sigma_terms)
   left = eps_to_zcdp(epsilon, delta) - fixed
   if left <= 0:
     raise ValueError(
-        f"The histogram, thresholds and embedding sums alone cost rho = {fixed:.4g}, which is "
+        f"The histogram, {'term discovery, ' if terms_m else ''}thresholds and embedding sums "
+        f"alone cost rho = {fixed:.4g}, which is "
         f"not below the budget's rho = {eps_to_zcdp(epsilon, delta):.4g}: nothing is left "
         "for topic terms.")
   return math.sqrt(8.0 * topic_share * left / L / topic_count)

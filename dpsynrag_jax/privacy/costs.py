@@ -9,6 +9,8 @@ and the mechanisms' docstrings read these functions; nothing else writes a cost 
   tokens        count, c, tau            count (c/tau)^2 / 2       count x ZCDpEvent((c/tau)^2/2)
   sparse_vector count, epsilon           count epsilon^2 / 2       count x ZCDpEvent(epsilon^2/2)
   topic_terms   count, epsilon           count epsilon^2 / 8       count x ZCDpEvent(epsilon^2/8)
+  partition_    count, sigma, threshold  count / (2 sigma^2)       GaussianDpEvent(sigma/sqrt(count))
+    selection                            + delta (below)
 
 The exponential mechanism with an epsilon-DP parameter is bounded range, hence epsilon^2/8-zCDP
 (Cesar & Rogers 2021). A private token is the exponential mechanism over utilities that each
@@ -18,15 +20,26 @@ the pure-DP conversion epsilon^2 / 2 (Bun & Steinke 2016, Proposition 1.4). A cl
 terms are `count` exponential mechanisms of parameter epsilon (bounded range, peeled one after
 the other: mechanisms.select_top_terms).
 
-Pure Python and dp_accounting only (no JAX), so host-side accounting never imports a device
+Partition selection (term discovery, privacy.partition_selection) is the one approximate
+mechanism: Gaussian noise on the document counts of the terms seen, each document counting at
+most `count` distinct terms once (L2 sensitivity sqrt(count)), and a term released only when its
+noisy count passes `threshold`. Conditioned on none of an added document's unseen terms passing,
+its output is the Gaussian mechanism's; that event fails with probability at most
+partition_selection_delta = 1 - Phi((threshold - 1) / sigma)^count, which is added to the run's
+delta (approximate zCDP composes rho and delta additively, Bun & Steinke 2016, section 8). Every
+other kind has delta 0 (`delta_of`).
+
+Pure Python, dp_accounting and scipy.special only (no JAX), so host-side accounting never imports a device
 library.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import dp_accounting
+from scipy import special
 
 
 def gaussian_rho(sensitivity: float, sigma: float) -> float:
@@ -81,6 +94,41 @@ def topic_terms_event(count: int, epsilon: float) -> dp_accounting.DpEvent:
   return dp_accounting.SelfComposedDpEvent(exponential_event(epsilon), int(count))
 
 
+def partition_selection_rho(count: int, sigma: float, threshold: float) -> float:
+  """zCDP cost of the noisy counts of partition selection (count distinct terms a document)."""
+  del threshold   # it sets the delta, not rho
+  return gaussian_rho(math.sqrt(count), sigma)
+
+
+def partition_selection_event(count: int, sigma: float,
+                              threshold: float) -> dp_accounting.DpEvent:
+  del threshold
+  return gaussian_event(math.sqrt(count), sigma)
+
+
+def partition_selection_delta(count: int, sigma: float, threshold: float) -> float:
+  """The chance that any of an added document's `count` terms that no other document holds
+  passes the threshold: 1 - Phi((threshold - 1) / sigma)^count (each such term's noisy count is
+  1 + N(0, sigma^2))."""
+  # log Phi keeps the tiny deltas exact: 1 - exp(count * log Phi(z)).
+  return float(-math.expm1(count * special.log_ndtr((threshold - 1.0) / sigma)))
+
+
+def partition_selection_threshold(count: int, sigma: float, delta: float) -> float:
+  """The threshold at which partition selection of noise sigma, `count` terms a document,
+  spends `delta`: 1 + sigma * z with Phi(z)^count = 1 - delta (partition_selection_delta's
+  inverse)."""
+  if not (math.isfinite(sigma) and sigma > 0):
+    raise ValueError(f"sigma must be finite and > 0, got {sigma!r}.")
+  if isinstance(count, bool) or int(count) != count or count < 1:
+    raise ValueError(f"count (terms per document) must be an integer >= 1, got {count!r}.")
+  if not 0 < delta < 1:
+    raise ValueError(f"delta must be in (0, 1), got {delta!r}.")
+  # Per term: Q(z) = 1 - (1 - delta)^(1/count), computed without cancellation for tiny delta.
+  per_term = -math.expm1(math.log1p(-delta) / count)
+  return 1.0 + sigma * float(-special.ndtri(per_term))
+
+
 # kind -> (parameter names in order, rho(**params), DpEvent(**params)).
 KINDS: dict[str, tuple[tuple[str, ...], Callable[..., float],
                        Callable[..., dp_accounting.DpEvent]]] = {
@@ -89,4 +137,14 @@ KINDS: dict[str, tuple[tuple[str, ...], Callable[..., float],
     "tokens": (("count", "c", "tau"), tokens_rho, tokens_event),
     "sparse_vector": (("count", "epsilon"), sparse_vector_rho, sparse_vector_event),
     "topic_terms": (("count", "epsilon"), topic_terms_rho, topic_terms_event),
+    "partition_selection": (("count", "sigma", "threshold"), partition_selection_rho,
+                            partition_selection_event),
 }
+
+# kind -> delta(**params) of the kinds that are not plain zCDP (added to the run's delta).
+DELTAS: dict[str, Callable[..., float]] = {"partition_selection": partition_selection_delta}
+
+
+def delta_of(kind: str, params: dict) -> float:
+  """The delta a release of `kind` adds to the run's (0 for the zCDP kinds)."""
+  return DELTAS[kind](**params) if kind in DELTAS else 0.0

@@ -8,6 +8,7 @@
   dp_synth     DP-Synth, per batch b        b
   dp_rag       DP-RAG, per question q       q, then 0 (retrieval) / 1 (tokens)
   aug_pe       Aug-PE, per voting round     round
+  terms        DP-SynRAG term discovery     -
 
 The first two keep the values DP-SynRAG always used (its releases are unchanged). Two releases
 that shared a key on different data (or at different noise scales) would let their noise be
@@ -40,7 +41,8 @@ import numpy as np
 SEED_RANGE = (0, 2**32)
 NOISE_SEED_RANGE = (0, 2**64)
 NOISE_MODES = ("secret", "seeded")
-STREAMS = {"histogram": 1, "clusters": 2, "dp_synth": 3, "dp_rag": 4, "aug_pe": 5}
+STREAMS = {"histogram": 1, "clusters": 2, "dp_synth": 3, "dp_rag": 4, "aug_pe": 5,
+           "terms": 6}
 
 
 def check_seed(seed) -> int:

@@ -56,6 +56,15 @@ TOPIC_NOTE = (
     "epsilon x the number of the cluster's documents containing each public term, floored 40 "
     "nats below the top; one-shot top-m is the same distribution as m exponential mechanisms "
     "peeled one after the other, each epsilon-bounded-range since the counts are monotone.")
+# Stated in addition when the ledger holds a partition selection (term discovery).
+DISCOVERY_NOTE = (
+    "Term discovery (kind partition_selection) is Gaussian thresholding: each document proposes "
+    "at most `count` distinct terms, chosen from that document alone, and counts each once; a "
+    "term is released when its document count plus N(0, sigma^2) exceeds `threshold`. Its rho "
+    "is that of the Gaussian mechanism of L2 sensitivity sqrt(count); its delta, the chance "
+    "that a term only the added document proposes is released, 1 - Phi((threshold - 1) / "
+    "sigma)^count, is added to the run's: both accountants convert the total rho at the "
+    "budget's delta minus the deltas spent (totals.delta_spent).")
 # Calibrated runs land on the budget up to rounding; do not refuse the last token over 1e-9.
 _BUDGET_SLACK = 1e-9
 
@@ -75,6 +84,7 @@ class Entry:
   rho: float
   label: str = ""
   cluster: int | None = None
+  delta: float = 0.0   # > 0 for an approximate mechanism (partition selection); global only
 
   @property
   def key(self) -> tuple:
@@ -85,8 +95,11 @@ class Entry:
     return _KINDS[self.kind][2](**self.params)
 
   def to_json(self) -> dict:
-    return {"kind": self.kind, "params": dict(self.params), "rho": self.rho,
-            "label": self.label, "cluster": self.cluster}
+    out = {"kind": self.kind, "params": dict(self.params), "rho": self.rho,
+           "label": self.label, "cluster": self.cluster}
+    if self.delta:
+      out["delta"] = self.delta
+    return out
 
 
 def make_entry(kind: str, params: dict, *, label: str = "", cluster: int | None = None) -> Entry:
@@ -116,7 +129,13 @@ def make_entry(kind: str, params: dict, *, label: str = "", cluster: int | None 
     if isinstance(cluster, bool) or int(cluster) != cluster or cluster < 0:
       raise ValueError(f"cluster must be a non-negative integer or None, got {cluster!r}.")
     cluster = int(cluster)
-  return Entry(kind=kind, params=clean, rho=float(rho_fn(**clean)), label=label, cluster=cluster)
+  delta = float(costs.delta_of(kind, clean))
+  if delta and cluster is not None:
+    # A cluster's entries compose in parallel by their rho; a delta would need the same top-L
+    # treatment, which no mechanism here needs.
+    raise ValueError(f"A {kind!r} entry spends delta and must be global (cluster None).")
+  return Entry(kind=kind, params=clean, rho=float(rho_fn(**clean)), label=label, cluster=cluster,
+               delta=delta)
 
 
 class PrivacyLedger:
@@ -152,6 +171,7 @@ class PrivacyLedger:
     self._rdp_cache: dict[tuple, np.ndarray] = {}
     self._global_rho = 0.0
     self._global_rdp = np.zeros_like(self.orders)
+    self._delta_spent = 0.0   # by approximate mechanisms (entries' delta), sequential
     # Per-cluster running totals as rows of growing arrays, so the top-L is one np.partition.
     self._cluster_row: dict[int, int] = {}
     self._cluster_rho = np.zeros((0,))
@@ -177,6 +197,7 @@ class PrivacyLedger:
     global_rho, global_rdp = self._global_rho, self._global_rdp
     cluster_rho, cluster_rdp = self._cluster_rho, self._cluster_rdp
     row = None
+    delta_spent = self._delta_spent + entry.delta
     if entry.cluster is None:
       global_rho, global_rdp = global_rho + entry.rho, global_rdp + rdp
     else:
@@ -188,7 +209,8 @@ class PrivacyLedger:
         cluster_rho, cluster_rdp = cluster_rho.copy(), cluster_rdp.copy()
       cluster_rho[row] += entry.rho
       cluster_rdp[row] += rdp
-    spent = self._epsilon_of(self.accountant, global_rho, global_rdp, cluster_rho, cluster_rdp)
+    spent = self._epsilon_of(self.accountant, global_rho, global_rdp, cluster_rho, cluster_rdp,
+                             delta_spent)
     if spent > self.epsilon * (1 + _BUDGET_SLACK):
       where = f" ({entry.label})" if entry.label else ""
       raise BudgetExceededError(
@@ -198,6 +220,7 @@ class PrivacyLedger:
     if row is not None:
       self._cluster_row[entry.cluster] = row
     self._entries.append(entry)
+    self._delta_spent = delta_spent
     self._global_rho, self._global_rdp = global_rho, global_rdp
     self._cluster_rho, self._cluster_rdp = cluster_rho, cluster_rdp
     return entry
@@ -236,6 +259,13 @@ class PrivacyLedger:
     return self.record(make_entry("sparse_vector", {"count": count, "epsilon": epsilon},
                                   label=label or default, cluster=cluster))
 
+  def record_partition_selection(self, count: int, sigma: float, threshold: float, *,
+                                 label: str = "discovered terms") -> Entry:
+    """Term discovery: partition selection over at most `count` terms a document (global)."""
+    return self.record(make_entry("partition_selection",
+                                  {"count": count, "sigma": sigma, "threshold": threshold},
+                                  label=label))
+
   def record_topic_terms(self, cluster: int, count: int, epsilon: float, *,
                          label: str = "") -> Entry:
     """A cluster's `count` topic terms, each an epsilon-DP exponential mechanism (the planned
@@ -262,11 +292,17 @@ class PrivacyLedger:
       return values.sum(axis=0)
     return -np.sum(np.partition(-values, L - 1, axis=0)[:L], axis=0)
 
-  def _epsilon_of(self, accountant, global_rho, global_rdp, cluster_rho, cluster_rdp) -> float:
+  def _epsilon_of(self, accountant, global_rho, global_rdp, cluster_rho, cluster_rdp,
+                  delta_spent) -> float:
+    """epsilon at the budget's delta: the zCDP / RDP part is converted at what the approximate
+    mechanisms left of it (infinite when they spent it all)."""
+    delta = self.delta - delta_spent
+    if delta <= 0:
+      return math.inf
     if accountant == "closed_form":
-      return accounting.zcdp_to_eps(global_rho + float(self._top(cluster_rho)), self.delta)
+      return accounting.zcdp_to_eps(global_rho + float(self._top(cluster_rho)), delta)
     rdp = global_rdp + self._top(cluster_rdp)
-    return float(dp_rdp.rdp_privacy_accountant.compute_epsilon(self.orders, rdp, self.delta)[0])
+    return float(dp_rdp.rdp_privacy_accountant.compute_epsilon(self.orders, rdp, delta)[0])
 
   @property
   def rho(self) -> float:
@@ -279,7 +315,13 @@ class PrivacyLedger:
     if accountant not in accounting.ACCOUNTANTS:
       raise ValueError(f"accountant must be one of {accounting.ACCOUNTANTS}, got {accountant!r}.")
     return self._epsilon_of(accountant, self._global_rho, self._global_rdp, self._cluster_rho,
-                            self._cluster_rdp)
+                            self._cluster_rdp, self._delta_spent)
+
+  @property
+  def delta_spent(self) -> float:
+    """The delta the approximate mechanisms spent (partition selection); the zCDP part is
+    converted at delta - delta_spent."""
+    return self._delta_spent
 
   def dp_event(self) -> dp_accounting.DpEvent:
     """The worst-case document's DpEvent: global entries and the L most expensive clusters.
@@ -300,9 +342,12 @@ class PrivacyLedger:
         for e, n in counts.values()])
 
   def summary(self) -> dict:
-    return {"epsilon_budget": self.epsilon, "delta": self.delta, "accountant": self.accountant,
-            "rho": self.rho, "eps_closed_form": self.spent_epsilon("closed_form"),
-            "eps_dp_accounting_rdp": self.spent_epsilon("rdp"), "entries": len(self._entries)}
+    out = {"epsilon_budget": self.epsilon, "delta": self.delta, "accountant": self.accountant,
+           "rho": self.rho, "eps_closed_form": self.spent_epsilon("closed_form"),
+           "eps_dp_accounting_rdp": self.spent_epsilon("rdp"), "entries": len(self._entries)}
+    if self._delta_spent:
+      out["delta_spent"] = self._delta_spent
+    return out
 
   # Serialisation.
 
@@ -319,7 +364,8 @@ class PrivacyLedger:
     return json.dumps({
         "format": FORMAT,
         "notes": NOTES + ([TOPIC_NOTE] if any(e.kind == "topic_terms" for e in self._entries)
-                          else []),
+                          else []) +
+                 ([DISCOVERY_NOTE] if self._delta_spent else []),
         "budget": {"epsilon": self.epsilon, "delta": self.delta},
         "accountant": self.accountant,
         "max_clusters_per_document": self.max_clusters_per_document,
@@ -342,6 +388,9 @@ class PrivacyLedger:
       if not math.isclose(entry.rho, raw["rho"], rel_tol=1e-12, abs_tol=0.0):
         raise ValueError(f"Ledger entry {i} states rho={raw['rho']!r} but its parameters give "
                          f"{entry.rho!r}; the file is corrupt or was edited.")
+      if not math.isclose(entry.delta, raw.get("delta", 0.0), rel_tol=1e-12, abs_tol=0.0):
+        raise ValueError(f"Ledger entry {i} states delta={raw.get('delta', 0.0)!r} but its "
+                         f"parameters give {entry.delta!r}; the file is corrupt or was edited.")
       ledger.record(entry)
     return ledger
 

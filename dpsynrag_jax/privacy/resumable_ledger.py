@@ -62,6 +62,13 @@ class ResumableLedger:
     self._once("sparse_vector", cluster, "",
                lambda: self.ledger.record_sparse_vector(cluster, count, epsilon))
 
+  def record_partition_selection(self, count: int, sigma: float, threshold: float) -> None:
+    """The discovered topic terms (synrag.discovery), one global release."""
+    name = "discovered terms"
+    self._once("partition_selection", None, name,
+               lambda: self.ledger.record_partition_selection(count, sigma, threshold,
+                                                               label=name))
+
   def record_topic_terms(self, cluster: int, count: int, epsilon: float) -> None:
     """A cluster's topic terms (synrag.topics)."""
     self._once("topic_terms", cluster, "",

@@ -76,6 +76,10 @@ def default_config() -> ml_collections.ConfigDict:
   config.privacy.accountant = "closed_form"   # or "rdp": same (eps, delta), larger c
   # Read only with generation.topic_terms; 1 with generation.T = 0 (openings-only texts).
   config.privacy.topic_share = 0.5
+  # Read only with a 'discovered' topic term source (synrag.discovery): the zCDP rho of the
+  # partition selection that finds the terms, and the part of delta its threshold spends.
+  config.privacy.rho_terms = 0.05
+  config.privacy.terms_delta_share = 0.1
   # 'secret': the noise seed is 64 CSPRNG bits kept in the build's private/ side (a release).
   # 'seeded': drawn from the public `seed` (reproducible benchmarks and tests; anyone who knows
   # the seed can subtract the noise, so such a build is not a private release).
@@ -124,7 +128,15 @@ def default_config() -> ml_collections.ConfigDict:
   # privacy.topic_share is the part of each cluster's budget left after its threshold and
   # embedding sum that they take. '' is the paper. With T = 0 and topic_share = 1 each text is
   # its terms alone ("Snurfles. Fever, Cough, Sneezing."): nothing is decoded.
+  # A source 'discovered' (e.g. 'discovered:4') draws from the terms found in the corpus
+  # itself, under DP (section discovery); needed where no public list exists.
   config.generation.topic_terms = ""
+
+  # Term discovery (synrag.discovery): each document proposes its m rarest phrases of at most
+  # max_n words; partition selection releases those enough documents propose.
+  config.discovery = ml_collections.ConfigDict()
+  config.discovery.m = 5
+  config.discovery.max_n = 3
 
   config.self_filter = ml_collections.ConfigDict()
   config.self_filter.enabled = True

@@ -7,7 +7,9 @@ Phases (each timed and logged), in `build_synthetic_db` in this order:
   clusters   soft clusters, each document in at most L                     (private)
   embed      unit embeddings of the documents                              (private, cached)
   rerank     per cluster: noisy embedding sum, threshold -> S_r            (ledger)
-  topics     per cluster, with generation.topic_terms: terms from public lists (released, ledger)
+  discover   with a 'discovered' topic source: the corpus's terms, by partition selection
+                                                                            (released, ledger)
+  topics     per cluster, with generation.topic_terms: terms from the lists  (released, ledger)
   decode     per cluster: T private tokens from S_r's clipped logit sum    (released, ledger)
   filter     self-filter of the synthetic texts                            (post-processing)
   release    synthetic_db.jsonl, index.faiss, privacy_ledger.json
@@ -41,7 +43,9 @@ from dpsynrag_jax.data.private_documents import fit_to_budget, load_private_docu
 from dpsynrag_jax.models import dtype_named, load_encoder, load_lm
 from dpsynrag_jax.private_decode import PrivatePredictor, decode_many
 from dpsynrag_jax.rag import index as rag_index
-from dpsynrag_jax.synrag import candidates, clustering, keywords, reranking, self_filter
+from dpsynrag_jax.privacy import partition_selection
+from dpsynrag_jax.synrag import candidates, clustering, discovery, keywords, reranking
+from dpsynrag_jax.synrag import self_filter
 from dpsynrag_jax.synrag import build_config
 from dpsynrag_jax.synrag import topics
 from dpsynrag_jax.synrag import workdir as wd_lib
@@ -129,12 +133,17 @@ def calibration_of(config) -> privacy.Calibration:
   read at their off value)."""
   config = build_config.with_options(config)
   p = config.privacy
+  groups = topic_groups(config)
+  discovers = topics.needs_discovery(groups)
   return privacy.calibrate(
       p.epsilon, p.delta, K=config.keywords.K, L=config.clustering.L, T=config.generation.T,
       tau=config.generation.tau, rho_hist=p.rho_hist, eps_theta=p.eps_theta,
       rho_retr=p.rho_retr, accountant=p.accountant,
       svt_paid=config.generation.svt_paid, svt_share=config.generation.svt_share,
-      topic_count=topics.total_count(topic_groups(config)), topic_share=p.topic_share)
+      topic_count=topics.total_count(groups), topic_share=p.topic_share,
+      terms_m=config.discovery.m if discovers else 0,
+      rho_terms=p.rho_terms if discovers else 0.0,
+      delta_terms=p.terms_delta_share * p.delta if discovers else 0.0)
 
 
 def topic_groups(config) -> list[topics.TermGroup]:
@@ -254,8 +263,10 @@ def _build(config, wd: wd_lib.Workdir, lock: wd_lib.BuildLock | None, proc: int,
                                lambda: encoder.embed(documents))
     with timer.phase("rerank"):
       selected = _select_all(build, clusters, embeddings)
+    with timer.phase("discover"):
+      proposed, discovered = _discover(build, documents, vocab)
     with timer.phase("topics"):
-      leads = _topic_leads(build, documents, selected)
+      leads = _topic_leads(build, documents, selected, proposed, discovered)
     if config.runtime.stop_after_rerank:
       raise PipelineInterrupted("Stopped after the re-ranking (runtime.stop_after_rerank); "
                                 "rerun without it to decode.")
@@ -447,15 +458,47 @@ def _charge_tokens(build: _Build, clusters) -> None:
 TOPIC_LEADS = "topic_leads.json"
 
 
-def _topic_leads(build: _Build, documents, selected) -> list[str]:
+def terms_key(seed: int) -> jax.Array:
+  """The term discovery's noise (privacy.keys stream 'terms')."""
+  return privacy.stream_key(seed, "terms")
+
+
+# The terms partition selection released (synrag.discovery), alphabetical.
+DISCOVERED_TERMS = "discovered_terms.json"
+
+
+def _discover(build: _Build, documents, vocab) -> tuple[list[list[str]], list[str]]:
+  """(each document's proposed terms, the released terms) with a 'discovered' topic source,
+  else ([], []). Charged and saved before the draw; the release is cached in private/ (a
+  resumed run reads it back; a run cut off before its write redraws the same set, same key)."""
+  if not topics.needs_discovery(topic_groups(build.config)):
+    return [], []
+  d, cal = build.config.discovery, build.cal
+  proposed = discovery.all_proposals(documents, vocab, d.m, d.max_n)
+  path = build.wd.private_path(DISCOVERED_TERMS)
+  if os.path.exists(path):
+    return proposed, wd_lib.read_json(path)
+  build.ledger.record_partition_selection(cal.terms_m, cal.sigma_terms, cal.terms_threshold)
+  build.ledger.save()
+  released = partition_selection.select_partitions(
+      terms_key(build.seed), partition_selection.document_counts(proposed, cal.terms_m),
+      cal.sigma_terms, cal.terms_threshold)
+  wd_lib.atomic_write_json(path, released)
+  logging.info("Term discovery released %d terms (threshold %.1f, sigma %.2f).", len(released),
+               cal.terms_threshold, cal.sigma_terms)
+  return proposed, released
+
+
+def _topic_leads(build: _Build, documents, selected, proposed, discovered) -> list[str]:
   """Per cluster, the opening its text starts with: its topic terms (synrag.topics), or ''.
+  proposed / discovered: _discover's (the presence of a discovered term is its proposal).
 
   Every cluster's draw is charged and the ledger saved before any is drawn; the leads are
   saved for the other processes and for a resumed run, which reads them back (a run cut off
   between the ledger's save and the leads' write draws them again: same keys, same terms, and
   the ledger charges each cluster once).
   """
-  groups = topic_groups(build.config)
+  groups = topics.with_discovered(topic_groups(build.config), discovered)
   path = build.wd.private_path(TOPIC_LEADS)
   if groups and os.path.exists(path):
     leads = wd_lib.read_json(path)
@@ -470,7 +513,8 @@ def _topic_leads(build: _Build, documents, selected) -> list[str]:
     for r in range(len(selected)):
       build.ledger.record_topic_terms(r, cal.topic_count, cal.eps_topic)
     build.ledger.save()
-    presences = [topics.term_presence(documents, g.terms) for g in groups]
+    presences = [discovery.presence(proposed, g.terms) if g.source == topics.DISCOVERED
+                 else topics.term_presence(documents, g.terms) for g in groups]
     leads = [topics.lead_text(topics.draw_topic(topics.topic_key(build.cluster_key(r)), groups,
                                                 presences, selected[r], cal.eps_topic))
              for r in tqdm.trange(len(selected), desc="topics", unit="cluster")]

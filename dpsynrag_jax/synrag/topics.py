@@ -62,20 +62,39 @@ def term_list(source: str) -> list[str]:
   raise ValueError(f"Topic term list {source!r} is neither 'medical_synth.<list>' nor a file.")
 
 
+# The source of the terms found in the private corpus by partition selection (synrag.discovery):
+# its list exists only once a build has released it (`with_discovered`).
+DISCOVERED = "discovered"
+
+
 def parse_spec(spec: str) -> list[TermGroup]:
   """'source:count,source:count' -> its groups ('' -> none). Raises ValueError when a count
-  is not a positive integer or exceeds its list."""
+  is not a positive integer or exceeds its list. A 'discovered' group has no terms yet."""
   groups = []
   for part in [p.strip() for p in spec.split(",") if p.strip()]:
     source, sep, count = part.rpartition(":")
     if not sep or not source or not count.isdigit() or int(count) < 1:
       raise ValueError(f"generation.topic_terms takes 'list:count,...' with counts >= 1, got "
                        f"{part!r} in {spec!r}.")
+    if source == DISCOVERED:
+      groups.append(TermGroup(source, (), int(count)))
+      continue
     terms = tuple(term_list(source))
     if int(count) > len(terms):
       raise ValueError(f"{source} holds {len(terms)} terms; cannot draw {count}.")
     groups.append(TermGroup(source, terms, int(count)))
   return groups
+
+
+def needs_discovery(groups: Sequence[TermGroup]) -> bool:
+  return any(g.source == DISCOVERED for g in groups)
+
+
+def with_discovered(groups: Sequence[TermGroup], discovered: Sequence[str]) -> list[TermGroup]:
+  """The groups with the discovered terms filled in. A group draws at most as many terms as
+  were released (the release's size is public; the ledger charged the planned count)."""
+  return [dataclasses.replace(g, terms=tuple(discovered), count=min(g.count, len(discovered)))
+          if g.source == DISCOVERED else g for g in groups]
 
 
 def total_count(groups: Sequence[TermGroup]) -> int:
@@ -109,6 +128,9 @@ def draw_topic(key: jax.Array, groups: Sequence[TermGroup], presences: Sequence[
   S_r's document indices (possibly none). Charge the ledger before calling."""
   out = []
   for g, (group, presence) in enumerate(zip(groups, presences)):
+    if not group.count:   # nothing was discovered
+      out.append([])
+      continue
     counts = presence[np.asarray(members, np.int64)].sum(axis=0).astype(np.float32)
     picks = privacy.select_top_terms(jax.random.fold_in(key, g), counts, float(epsilon),
                                      group.count)

@@ -392,6 +392,11 @@ OPTIONAL_FIELDS = {
     ("generation", "svt_share"): 0.5,
     ("generation", "topic_terms"): "",
     ("privacy", "topic_share"): 0.5,   # read only with topic_terms
+    # Read only with a 'discovered' topic term source.
+    ("privacy", "rho_terms"): 0.05,
+    ("privacy", "terms_delta_share"): 0.1,
+    ("discovery", "m"): 5,
+    ("discovery", "max_n"): 3,
 }
 # Fields that may differ between an interrupted run and its resume (how, not what, is built).
 _RUNTIME_ONLY = (("runtime", "overwrite"), ("runtime", "stop_after_clusters"),
