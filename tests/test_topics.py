@@ -243,3 +243,57 @@ def test_an_openings_only_build_releases_the_terms_alone_and_charges_no_token(tm
   assert sorted(texts) == sorted(leads)
   # The private side reads like any finished build: every cluster with no token after it.
   assert wd.generated() == {r: [] for r in range(config.clustering.R)}
+
+
+def test_term_presence_matches_terms_that_end_in_punctuation():
+  docs = ["She likes Fargo (1996), Star Wars (1977) and Heat.", "Fargo (19962)"]
+  presence = topics.term_presence(docs, ["Fargo (1996)", "Star Wars (1977)", "Heat", "Wars"])
+  assert presence.tolist() == [[True, True, True, True], [False, False, False, False]]
+
+
+def test_the_movielens_catalogue_is_every_title_of_the_movie_file(tmp_path):
+  from dpsynrag_jax.data import fixtures, movielens  # pylint: disable=g-import-not-at-top
+  folder = tmp_path / "ml-100k"
+  fixtures.write_movielens_fixture(folder, seed=1)
+  titles = topics.term_list(f"movielens.catalogue={folder}")
+  task = movielens.load_movielens(folder)
+  # Every favourite any document names is in the catalogue, which holds more than the top.
+  assert {t for answers in task.doc_answers for t in answers} <= set(titles)
+  assert len(titles) > len(task.answer_names) and len(set(titles)) == len(titles)
+  assert topics.parse_spec(f"movielens.catalogue={folder}:3")[0].count == 3
+
+
+@pytest.mark.slow
+def test_a_build_with_discovered_terms_charges_the_selection_once_and_draws_from_it(tmp_path):
+  config = medical_synth.get_config("tiny")
+  config.generation.topic_terms = "discovered:3"
+  config.generation.T = 0
+  config.privacy.topic_share = 1.0
+  config.privacy.rho_terms = 1.0
+  wd = wd_lib.Workdir(str(tmp_path))
+  # Cut off after the topics, with the discovered terms lost: the resumed run redraws the same
+  # terms from the same key and charges the selection once.
+  config.runtime.stop_after_rerank = True
+  with pytest.raises(pipeline.PipelineInterrupted):
+    pipeline.build_synthetic_db(config, str(tmp_path))
+  first = wd_lib.read_json(wd.private_path(pipeline.DISCOVERED_TERMS))
+  os.remove(wd.private_path(pipeline.DISCOVERED_TERMS))
+  config.runtime.stop_after_rerank = False
+  summary = pipeline.build_synthetic_db(config, str(tmp_path))
+  discovered = wd_lib.read_json(wd.private_path(pipeline.DISCOVERED_TERMS))
+  assert discovered == first and discovered == sorted(discovered) and len(discovered) >= 3
+  assert summary["eps_closed_form"] == pytest.approx(config.privacy.epsilon, abs=1e-6)
+  ledger = json.loads(open(wd.path(wd_lib.LEDGER)).read())
+  selections = [e for e in ledger["entries"] if e["kind"] == "partition_selection"]
+  cal = pipeline.calibration_of(config)
+  assert len(selections) == 1 and selections[0]["cluster"] is None
+  assert selections[0]["params"] == {"count": config.discovery.m, "sigma": cal.sigma_terms,
+                                     "threshold": cal.terms_threshold}
+  assert ledger["totals"]["delta_spent"] == pytest.approx(
+      config.privacy.terms_delta_share * config.privacy.delta, rel=1e-9)
+  # Every text is three discovered terms, drawn per cluster.
+  texts = [json.loads(line)["text"] for line in open(wd.path(wd_lib.SYNTHETIC_DB))]
+  assert texts
+  for text in texts:
+    terms = text.rstrip(".").split(", ")
+    assert len(terms) == 3 and set(terms) <= set(discovered)

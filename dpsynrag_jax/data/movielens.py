@@ -222,6 +222,17 @@ def _check_positive(name: str, value: int) -> None:
     raise ValueError(f"{name} must be a positive int, got {value!r}.")
 
 
+def catalogue_titles(path: str | os.PathLike) -> list[str]:
+  """Every film of the folder's movie file (u.item / movies.dat) as documents print it
+  (display_title), in movie-id order, without repeats. The catalogue is public: it lists every
+  film whatever was rated, unlike the top movies, which are counted over the ratings."""
+  path = os.fspath(path)
+  layout = detect_layout(path)
+  movie_file = "u.item" if layout == "ml-100k" else "movies.dat"
+  movies = read_movies(os.path.join(path, movie_file), layout)
+  return list(dict.fromkeys(display_title(movies[m].title) for m in sorted(movies)))
+
+
 def load_movielens(path: str | os.PathLike, *, num_documents: int | None = None,
                    num_validation: int | None = None, num_test: int | None = None,
                    seed: int = 0, top_movies: int = 30, favourites: int = 10,

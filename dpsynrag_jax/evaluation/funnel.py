@@ -118,7 +118,12 @@ def topic_controls(build_dir: str, leads: list[str], task: Task, encoder,
                     a database of random names of the same form reaches by luck
   """
   spec = wd_lib.read_json(os.path.join(build_dir, wd_lib.CONFIG))["generation"]["topic_terms"]
-  chance = topics.uniform_leads(topics.parse_spec(spec), len(leads), seed)
+  groups = topics.parse_spec(spec)
+  if topics.needs_discovery(groups):   # uniform over the terms the build discovered
+    discovered = wd_lib.read_json(os.path.join(build_dir, wd_lib.PRIVATE,
+                                               pipeline.DISCOVERED_TERMS))
+    groups = [g for g in topics.with_discovered(groups, discovered) if g.count]
+  chance = topics.uniform_leads(groups, len(leads), seed)
   return [
       {"stage": "context recall, openings only",
        "value": recall_of_texts(leads, task, encoder),

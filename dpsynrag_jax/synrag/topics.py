@@ -45,8 +45,9 @@ class TermGroup:
 
 
 def term_list(source: str) -> list[str]:
-  """Terms of `source`: 'medical_synth.<diseases|symptoms|treatments>', or a text file with
-  one term per line. Public: fixed before any document is read."""
+  """Terms of `source`: 'medical_synth.<diseases|symptoms|treatments>', 'movielens.catalogue='
+  and a MovieLens folder (every film title of its movie file), or a text file with one term per
+  line. Public: fixed before any document is read."""
   if source.startswith("medical_synth."):
     from dpsynrag_jax.data import medical_synth  # pylint: disable=g-import-not-at-top
     groups = medical_synth.public_term_groups()
@@ -55,6 +56,9 @@ def term_list(source: str) -> list[str]:
       raise ValueError(f"Unknown Medical Synth term list {source!r}; expected one of "
                        f"{['medical_synth.' + g for g in groups]}.")
     return groups[name]
+  if source.startswith("movielens.catalogue="):
+    from dpsynrag_jax.data import movielens  # pylint: disable=g-import-not-at-top
+    return movielens.catalogue_titles(source.split("=", 1)[1])
   if os.path.isfile(source):
     with open(source, encoding="utf-8") as f:
       terms = [line.strip() for line in f if line.strip()]
@@ -104,7 +108,9 @@ def total_count(groups: Sequence[TermGroup]) -> int:
 
 def term_presence(documents: Sequence[str], terms: Sequence[str]) -> np.ndarray:
   """[N, V] bool: document i contains term j as whole words, ignoring case."""
-  patterns = [(j, t.lower(), re.compile(r"\b" + re.escape(t.lower()) + r"\b"))
+  # Not inside a longer word on either side; lookarounds rather than \b so that a term that
+  # starts or ends with punctuation ("Fargo (1996)") matches too.
+  patterns = [(j, t.lower(), re.compile(r"(?<!\w)" + re.escape(t.lower()) + r"(?!\w)"))
               for j, t in enumerate(terms)]
   out = np.zeros((len(documents), len(terms)), bool)
   for i, doc in enumerate(documents):
