@@ -340,8 +340,11 @@ def results_table(results_dir: str = RESULTS_DIR) -> str:
                      f"| {row['context_recall_mean']:.1%} | {link} |")
     else:
       method = "DP-SynRAG"
-      if f["config"]["generation"]["T"] == 0 and f["config"]["generation"]["topic_terms"]:
+      terms = f["config"]["generation"]["topic_terms"]
+      if f["config"]["generation"]["T"] == 0 and terms:
         method += ", openings only"
+      if "discovered" in terms:
+        method += ", discovered terms"
       method += f" ({f['ledger']['accountant_name']})"
       lines.append(f"| {dataset} | {method} | {f['ledger']['epsilon']:.4g} "
                    f"| {f['funnel']['accuracy']:.1%} | {f['funnel']['context recall']:.1%} "

@@ -47,7 +47,7 @@ def report(config, dataset: str, epsilons: Sequence[float]) -> dict:
   build.privacy.delta = float(config.delta)
   d = build.discovery
   vocab = english_vocabulary(build.keywords.vocabulary_size)
-  proposed = discovery.all_proposals(task.documents, vocab, d.m, d.max_n)
+  proposed = discovery.all_proposals(task.documents, vocab, d.m, d.max_n, d.unit)
   own = [any(task.matches(t, answers) for t in p)
          for p, answers in zip(proposed, task.doc_answers)] if task.doc_answers else []
   counts = partition_selection.document_counts(proposed, d.m)

@@ -89,6 +89,9 @@ def default_config() -> ml_collections.ConfigDict:
   config.keywords.method = "llm"          # or "lexical" (fast, deterministic)
   config.keywords.K = 10
   config.keywords.vocabulary_size = 60000
+  # 'public' (the paper: wordfreq's English list) or 'discovered': the terms the discovery
+  # released (section discovery), each document's keywords its released proposals.
+  config.keywords.vocabulary = "public"
 
   config.clustering = ml_collections.ConfigDict()
   config.clustering.R = 500
@@ -137,6 +140,9 @@ def default_config() -> ml_collections.ConfigDict:
   config.discovery = ml_collections.ConfigDict()
   config.discovery.m = 5
   config.discovery.max_n = 3
+  # 'runs': maximal runs of content words; 'clauses': whole clauses (text between punctuation),
+  # which keep the corpus's framing of a term ("the diagnosis is ..."); max_n words at most.
+  config.discovery.unit = "runs"
 
   config.self_filter = ml_collections.ConfigDict()
   config.self_filter.enabled = True

@@ -40,6 +40,32 @@ _CLAUSE_END = re.compile(r"[^\w\s']+")
 _WORD = re.compile(r"[\w']+")
 
 
+UNITS = ("runs", "clauses")
+
+
+def clauses(text: str, max_n: int = 8) -> list[str]:
+  """The document's clauses (text between punctuation marks) as candidate terms, lower-cased,
+  words joined by one space, each cut into pieces of at most max_n words; the clause keeps its
+  framing ("the diagnosis is flibberjibits syndrome"), which tells a reader what the term is."""
+  if max_n < 1:
+    raise ValueError(f"max_n must be >= 1, got {max_n}.")
+  out = []
+  for clause in _CLAUSE_END.split(text.lower()):
+    words = [w for w in (w.strip("'") for w in _WORD.findall(clause)) if w]
+    if any(w not in STOPWORDS for w in words):
+      out.extend(" ".join(words[i:i + max_n]) for i in range(0, len(words), max_n))
+  return out
+
+
+def candidates(text: str, unit: str = "runs", max_n: int = 3) -> list[str]:
+  """A document's candidate terms by `unit`: 'runs' (phrases) or 'clauses'."""
+  if unit == "runs":
+    return phrases(text, max_n)
+  if unit == "clauses":
+    return clauses(text, max_n)
+  raise ValueError(f"discovery.unit must be one of {UNITS}, got {unit!r}.")
+
+
 def phrases(text: str, max_n: int = 3) -> list[str]:
   """The document's candidate terms in text order (repeats kept), lower-cased (see module doc)."""
   if max_n < 1:
@@ -64,25 +90,48 @@ def _wordfreq_zipf(word: str) -> float:
 
 
 def rarity(phrase: str, vocab: PublicVocabulary) -> float:
-  """The public Zipf frequency of the phrase's rarest word (0 for a word no list holds)."""
+  """The public Zipf frequency of the phrase's rarest word that is not a function word (0 for a
+  word no list holds)."""
   def zipf(word):
     i = vocab.id(word)
     return float(vocab.zipf[i]) if i >= 0 else _wordfreq_zipf(word)
-  return min(zipf(w) for w in phrase.split())
+  words = [w for w in phrase.split() if w not in STOPWORDS] or phrase.split()
+  return min(zipf(w) for w in words)
 
 
-def proposals(text: str, vocab: PublicVocabulary, m: int, max_n: int = 3) -> list[str]:
+def proposals(text: str, vocab: PublicVocabulary, m: int, max_n: int = 3,
+              unit: str = "runs") -> list[str]:
   """A document's at most m distinct proposed terms, rarest first (ties by the phrase)."""
   if m < 1:
     raise ValueError(f"m (terms per document) must be >= 1, got {m}.")
-  distinct = set(phrases(text, max_n))
+  distinct = set(candidates(text, unit, max_n))
   return sorted(distinct, key=lambda p: (rarity(p, vocab), p))[:m]
 
 
 def all_proposals(texts: Sequence[str], vocab: PublicVocabulary, m: int,
-                  max_n: int = 3) -> list[list[str]]:
+                  max_n: int = 3, unit: str = "runs") -> list[list[str]]:
   """proposals() of every document, in corpus order."""
-  return [proposals(t, vocab, m, max_n) for t in texts]
+  return [proposals(t, vocab, m, max_n, unit) for t in texts]
+
+
+def vocabulary_of(discovered: Sequence[str], public: PublicVocabulary) -> PublicVocabulary:
+  """The discovered terms as the keyword vocabulary V of step 1 (keywords.vocabulary =
+  'discovered'), each with its rarity as its Zipf value. A DP release, so V stays independent
+  of any one document, as the histogram needs."""
+  if not discovered:
+    raise ValueError("The term discovery released no term, so there is no keyword vocabulary: "
+                     "raise privacy.rho_terms or use keywords.vocabulary='public'.")
+  return PublicVocabulary(list(discovered), [rarity(t, public) for t in discovered])
+
+
+def keyword_ids(document_proposals: Sequence[Sequence[str]], vocab: PublicVocabulary,
+                K: int) -> np.ndarray:
+  """[N, K] int32: each document's proposals that are in `vocab`, in proposal order (-1 pad)."""
+  out = np.full((len(document_proposals), K), -1, np.int32)
+  for i, proposed in enumerate(document_proposals):
+    ids = [vocab.id(t) for t in proposed if vocab.id(t) >= 0][:K]
+    out[i, :len(ids)] = ids
+  return out
 
 
 def presence(document_proposals: Sequence[Sequence[str]], terms: Sequence[str]) -> np.ndarray:

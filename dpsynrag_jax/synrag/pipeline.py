@@ -134,7 +134,7 @@ def calibration_of(config) -> privacy.Calibration:
   config = build_config.with_options(config)
   p = config.privacy
   groups = topic_groups(config)
-  discovers = topics.needs_discovery(groups)
+  discovers = needs_discovery(config)
   return privacy.calibrate(
       p.epsilon, p.delta, K=config.keywords.K, L=config.clustering.L, T=config.generation.T,
       tau=config.generation.tau, rho_hist=p.rho_hist, eps_theta=p.eps_theta,
@@ -144,6 +144,13 @@ def calibration_of(config) -> privacy.Calibration:
       terms_m=config.discovery.m if discovers else 0,
       rho_terms=p.rho_terms if discovers else 0.0,
       delta_terms=p.terms_delta_share * p.delta if discovers else 0.0)
+
+
+def needs_discovery(config) -> bool:
+  """Whether the build discovers terms: a 'discovered' topic source or keyword vocabulary."""
+  config = build_config.with_options(config)
+  return (topics.needs_discovery(topic_groups(config)) or
+          config.keywords.vocabulary == "discovered")
 
 
 def topic_groups(config) -> list[topics.TermGroup]:
@@ -251,9 +258,13 @@ def _build(config, wd: wd_lib.Workdir, lock: wd_lib.BuildLock | None, proc: int,
                  if lead else None, process=proc, processes=procs)
 
   if lead:   # every mechanism up to the re-ranking, on process 0
+    with timer.phase("discover"):
+      proposed, discovered = _discover(build, documents, vocab)
+    if config.keywords.vocabulary == "discovered":
+      vocab = discovery.vocabulary_of(discovered, vocab)
     with timer.phase("keywords"):
       keyword_ids = _cached_npy(wd.private_path("keywords.npy"),
-                                lambda: _keywords(config, documents, vocab, lm))
+                                lambda: _keywords(config, documents, vocab, lm, proposed))
     with timer.phase("histogram"):
       top_words = _top_keywords(build, keyword_ids, len(vocab))
     with timer.phase("clusters"):
@@ -263,8 +274,6 @@ def _build(config, wd: wd_lib.Workdir, lock: wd_lib.BuildLock | None, proc: int,
                                lambda: encoder.embed(documents))
     with timer.phase("rerank"):
       selected = _select_all(build, clusters, embeddings)
-    with timer.phase("discover"):
-      proposed, discovered = _discover(build, documents, vocab)
     with timer.phase("topics"):
       leads = _topic_leads(build, documents, selected, proposed, discovered)
     if config.runtime.stop_after_rerank:
@@ -376,8 +385,19 @@ def _cached_npy(path: str, compute):
   return value
 
 
-def _keywords(config, documents, vocab, lm) -> np.ndarray:
-  """[N, K] vocabulary ids of each document's keywords (-1 for fewer than K)."""
+def _keywords(config, documents, vocab, lm, proposed) -> np.ndarray:
+  """[N, K] vocabulary ids of each document's keywords (-1 for fewer than K). With
+  keywords.vocabulary 'discovered', a document's keywords are its proposed terms that the
+  discovery released (at most discovery.m <= K), whatever keywords.method says."""
+  if config.keywords.vocabulary == "discovered":
+    if config.discovery.m > config.keywords.K:
+      raise ValueError(f"keywords.vocabulary='discovered' takes a document's proposals as its "
+                       f"keywords: discovery.m ({config.discovery.m}) must be <= keywords.K "
+                       f"({config.keywords.K}).")
+    return discovery.keyword_ids(proposed, vocab, config.keywords.K)
+  if config.keywords.vocabulary != "public":
+    raise ValueError(f"keywords.vocabulary must be 'public' or 'discovered', got "
+                     f"{config.keywords.vocabulary!r}.")
   if config.keywords.method == "lexical":
     return keywords.lexical_keywords(documents, vocab, config.keywords.K)
   if config.keywords.method == "llm":
@@ -392,9 +412,10 @@ def _top_keywords(build: _Build, keyword_ids, vocab_size: int) -> np.ndarray:
   if os.path.exists(path):
     return np.load(path)
   config = build.config
+  # A discovered vocabulary may hold fewer words than R (its size is released): R' = its size.
   top_words = clustering.noisy_top_keywords(
       histogram_key(build.seed), keyword_ids, vocab_size, config.keywords.K, build.cal.sigma_h,
-      config.clustering.R, build.ledger)
+      min(config.clustering.R, vocab_size), build.ledger)
   build.ledger.save()
   wd_lib.atomic_save_npy(path, top_words)
   return top_words
@@ -471,10 +492,10 @@ def _discover(build: _Build, documents, vocab) -> tuple[list[list[str]], list[st
   """(each document's proposed terms, the released terms) with a 'discovered' topic source,
   else ([], []). Charged and saved before the draw; the release is cached in private/ (a
   resumed run reads it back; a run cut off before its write redraws the same set, same key)."""
-  if not topics.needs_discovery(topic_groups(build.config)):
+  if not needs_discovery(build.config):
     return [], []
   d, cal = build.config.discovery, build.cal
-  proposed = discovery.all_proposals(documents, vocab, d.m, d.max_n)
+  proposed = discovery.all_proposals(documents, vocab, d.m, d.max_n, d.unit)
   path = build.wd.private_path(DISCOVERED_TERMS)
   if os.path.exists(path):
     return proposed, wd_lib.read_json(path)

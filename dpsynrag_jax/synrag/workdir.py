@@ -395,8 +395,10 @@ OPTIONAL_FIELDS = {
     # Read only with a 'discovered' topic term source.
     ("privacy", "rho_terms"): 0.05,
     ("privacy", "terms_delta_share"): 0.1,
+    ("keywords", "vocabulary"): "public",
     ("discovery", "m"): 5,
     ("discovery", "max_n"): 3,
+    ("discovery", "unit"): "runs",
 }
 # Fields that may differ between an interrupted run and its resume (how, not what, is built).
 _RUNTIME_ONLY = (("runtime", "overwrite"), ("runtime", "stop_after_clusters"),

@@ -14,6 +14,9 @@ ARG:
   demo   `make demo`: paper_cpu's clustering on all 8000 notes with openings-only texts (each
          text is its cluster's disease and symptoms drawn by exponential mechanisms, no
          private tokens), eps 5 chosen on validation questions; minutes on a 2-core CPU
+  discovered  demo's openings-only texts with no public list: the topic terms and the keyword
+         vocabulary are clauses found in the notes themselves by DP partition selection
+         (docs/design.md, "Discovered topic terms"); eps 5, RDP; minutes on a 2-core CPU
   demo_paper  `make demo-paper`: paper_cpu (private token decode) on a 1000-note subset with
          10 clusters; minutes on a 2-core CPU
   quick  the earlier demo: a 2000-note subset, 24 clusters (evaluate.py:cpu builds it)
@@ -35,7 +38,7 @@ from dpsynrag_jax.synrag import build_config
 from launch import grid
 
 APP = "experiments.build_synthetic_db"   # what launch.sweep runs with this config
-ARGS = ("paper", "paper_cpu", "demo", "demo_paper", "quick", "tiny")
+ARGS = ("paper", "paper_cpu", "demo", "discovered", "demo_paper", "quick", "tiny")
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
@@ -68,6 +71,23 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     # A demonstration that prints the same figures on every machine (README): its noise comes
     # from the public seed, and the demo says that it is therefore not a private release.
     config.privacy.noise = "seeded"
+  elif arg == "discovered":
+    # No medical_synth.* list is read: each note proposes its 5 rarest clauses (the text
+    # between punctuation marks, at most 8 words: "the diagnosis is ...", a symptom, "the
+    # treatment should be ..."), partition selection releases those enough notes propose, the
+    # clusters are keyed on them (keywords.vocabulary) and each text is 4 of them drawn per
+    # cluster. Unit, vocabulary and m chosen on validation questions (docs/deviations.md).
+    config.keywords.method = "lexical"
+    config.keywords.vocabulary = "discovered"
+    config.self_filter.enabled = False
+    config.discovery.unit = "clauses"
+    config.discovery.max_n = 8
+    config.discovery.m = 5
+    config.generation.topic_terms = "discovered:4"
+    config.generation.T = 0
+    config.privacy.topic_share = 1.0
+    config.privacy.accountant = "rdp"
+    config.privacy.epsilon = 5.0
   elif arg == "demo_paper":
     # `make demo-paper`: the paper's own method (paper_cpu: Table 6 settings, T = 70 private
     # tokens per text) on a 1000-note subset with 10 clusters of about 30 notes, so that its
