@@ -137,3 +137,25 @@ def test_phrases_and_proposals_read_one_document():
   assert got[2] == "skin lesions"
   presence = discovery.presence([got, ["skin lesions"]], ["skin lesions", "diagnosis"])
   np.testing.assert_array_equal(presence, [[True, False], [True, False]])
+
+
+def test_clauses_keep_their_framing_and_key_the_keyword_vocabulary():
+  text = ("Given the symptoms (Vague Fever, Nasal Whistling) of Frieda Klein. The diagnosis is "
+          "Flibberjibits Syndrome, the treatment should be Blergon Splints.")
+  got = discovery.clauses(text, max_n=8)
+  assert got == ["given the symptoms", "vague fever", "nasal whistling", "of frieda klein",
+                 "the diagnosis is flibberjibits syndrome", "the treatment should be blergon splints"]
+  assert discovery.candidates(text, "clauses", 3)[4:6] == ["the diagnosis is",
+                                                            "flibberjibits syndrome"]
+  with pytest.raises(ValueError, match="discovery.unit"):
+    discovery.candidates(text, "sentences")
+  public = PublicVocabulary(["diagnosis", "fever"], [4.3, 4.0])
+  # Function words do not make a clause rare: its rarest content word does.
+  assert discovery.rarity("the diagnosis is", public) == pytest.approx(4.3)
+  vocab = discovery.vocabulary_of(["vague fever", "the diagnosis is flibberjibits syndrome"],
+                                  public)
+  ids = discovery.keyword_ids([["the diagnosis is flibberjibits syndrome", "of frieda klein",
+                                "vague fever"], []], vocab, 4)
+  np.testing.assert_array_equal(ids, [[1, 0, -1, -1], [-1, -1, -1, -1]])
+  with pytest.raises(ValueError, match="released no term"):
+    discovery.vocabulary_of([], public)
