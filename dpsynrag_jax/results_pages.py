@@ -344,7 +344,7 @@ def results_table(results_dir: str = RESULTS_DIR) -> str:
       for m in methods:
         row = f["results"][m]
         label = m
-        if m == "DP-SynRAG" and "discovered" in f["config"]["generation"]["topic_terms"]:
+        if m == "DP-SynRAG" and "discovered" in f["config"]["generation"].get("topic_terms", ""):
           label += ", openings only, discovered terms"
         lines.append(f"| {dataset} | {label} | {row['epsilon']:.4g} | {row['accuracy_mean']:.1%} "
                      f"| {row['context_recall_mean']:.1%} | {link} |")

@@ -12,7 +12,8 @@ import pytest
 from dpsynrag_jax import results_pages as rp
 
 PAGES = ("accountants", "beyond_10", "beyond_3", "beyond_5", "beyond_5/topic_T30",
-         "beyond_sample", "movielens_cpu", "paper_cpu", "searchqa_cpu")
+         "beyond_sample", "discovered_10", "discovered_3", "discovered_5", "movielens_cpu",
+         "movielens_terms", "paper_cpu", "searchqa_cpu", "searchqa_terms")
 
 
 def test_every_results_page_is_generated():
@@ -103,7 +104,9 @@ def test_results_table_rows_come_from_the_json():
   assert [r[1] for r in paper] == ["DP-SynRAG", "DP-RAG", "DP-Synth", "Non-RAG", "RAG"]
   for r in paper:
     assert r[3] == f"{100 * summary[r[1]]['accuracy_mean']:.1f} %"
-  assert [r[2] for r in rows if "openings only" in r[1]] == ["3", "5", "10"]
+  assert [r[2] for r in rows if "openings only (" in r[1]] == ["3", "5", "10"]
+  assert [r[2] for r in rows if "openings only, discovered terms" in r[1]] == [
+      "3", "5", "10", "10", "10"]
   assert {r[0].lstrip("| ") for r in rows} == {"Medical Synth", "MovieLens", "SearchQA"}
   for r in rows:
     link = re.search(r"\]\((.*)\)", r[5]).group(1)
