@@ -30,12 +30,11 @@ alphabetically, so a resumed build redraws the same set.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy import special
 
 from dpsynrag_jax.privacy import costs
 
@@ -77,13 +76,3 @@ def select_partitions(key: jax.Array, counts: dict[str, int], sigma: float,
   values = np.asarray([counts[t] for t in terms], np.float32)
   noisy = np.asarray(values + sigma * jax.random.normal(key, values.shape, jnp.float32))
   return [t for t, v in zip(terms, noisy) if v > threshold]
-
-
-def released_delta(m: int, sigma: float, threshold: float) -> float:
-  """The delta one selection of these parameters adds (costs.partition_selection_delta)."""
-  return costs.partition_selection_delta(m, sigma, threshold)
-
-
-def expected_release(counts: Sequence[int], sigma: float, threshold: float) -> np.ndarray:
-  """[V] chance that a term of each count is released (planning: what survives at a budget)."""
-  return special.ndtr((np.asarray(counts, np.float64) - threshold) / sigma)
