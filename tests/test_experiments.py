@@ -474,6 +474,18 @@ def test_the_other_datasets_evaluate_and_funnel_on_generated_fixtures(dataset, t
   assert by["context recall"] <= by["database recall"] and by["coverage"] is not None
 
 
+def test_the_validation_split_stands_in_for_the_test_questions_without_reading_them():
+  """funnel --split=validation: settings chosen on a public benchmark never see its test set."""
+  config = evaluate_config.get_config("tiny")
+  test = evaluation.load_eval_task(config, "medical")
+  validation = evaluation.load_eval_task(config, "medical", "validation")
+  assert len(validation.test) == len(test.test) == config.num_test and not validation.validation
+  assert validation.documents == test.documents
+  assert not {q.subject for q in validation.test} & {q.subject for q in test.test}
+  with pytest.raises(ValueError, match="split"):
+    evaluation.load_eval_task(config, "medical", "train")
+
+
 def test_a_movielens_config_refuses_the_other_layout_and_names_the_matching_config(tmp_path):
   """movielens_cpu's settings (674 users, R 83) are for ml-100k; an ml-1m folder gets a pointer
   to movielens_paper instead of a silently wrong experiment."""

@@ -159,3 +159,23 @@ def test_clauses_keep_their_framing_and_key_the_keyword_vocabulary():
   np.testing.assert_array_equal(ids, [[1, 0, -1, -1], [-1, -1, -1, -1]])
   with pytest.raises(ValueError, match="released no term"):
     discovery.vocabulary_of([], public)
+
+
+def test_the_names_unit_proposes_capitalised_runs_first():
+  text = ("Napoleon died on Saint Helena, a remote volcanic island; historians still debate "
+          "the arsenic theory.")
+  assert discovery.names(text) == ["napoleon", "saint helena"]
+  # A function word ends a name, as it ends a run.
+  assert discovery.names("Sir Isaac Newton Was Born", max_n=2) == ["sir isaac", "newton", "born"]
+  # A name inside a longer run ("napoleon died") is a candidate of its own.
+  assert discovery.candidates(text, "names") == ["napoleon", "saint helena"] + (
+      discovery.candidates(text, "runs"))
+  vocab = PublicVocabulary(["napoleon", "saint", "helena", "died", "remote", "volcanic",
+                            "island", "historians", "still", "debate", "arsenic", "theory"],
+                           [4.0, 4.5, 4.2, 5.0, 4.4, 3.6, 4.8, 3.9, 5.5, 4.6, 3.1, 4.7])
+  # Rarest first passes over the common name for the snippet's rare incidental words...
+  assert discovery.proposals(text, vocab, 2, unit="runs") == ["arsenic theory",
+                                                              "remote volcanic island"]
+  # ...which the names unit proposes only after the names (rarest first among them).
+  assert discovery.proposals(text, vocab, 3, unit="names") == ["napoleon", "saint helena",
+                                                               "arsenic theory"]

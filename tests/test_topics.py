@@ -16,9 +16,11 @@ from dpsynrag_jax.models import load_lm
 from dpsynrag_jax.private_decode import PrivatePredictor
 from dpsynrag_jax.privacy import accounting
 from dpsynrag_jax.privacy import costs
+from dpsynrag_jax.synrag import build_config
 from dpsynrag_jax.synrag import pipeline
 from dpsynrag_jax.synrag import topics
 from dpsynrag_jax.synrag import workdir as wd_lib
+from dpsynrag_jax.synrag.vocabulary import PublicVocabulary
 from experiments.configs import medical_synth
 
 
@@ -107,6 +109,22 @@ def test_specs_leads_and_their_errors(tmp_path):
       topics.parse_spec(bad)
   assert topics.lead_text([["Snurfles"], ["Fever", "Cough"]]) == "Snurfles. Fever, Cough."
   assert topics.lead_text([]) == ""
+
+
+def test_a_rarest_lead_puts_the_name_first_and_keeps_the_drawn_terms():
+  public = PublicVocabulary(["fever", "cough", "diagnosis"], [4.9, 4.5, 4.3])
+  drawn = [["fever", "the diagnosis is snurfles", "cough"], ["zorblax", "quibbix"]]
+  assert topics.ordered(drawn, "draw", public) == drawn
+  # A word no list knows ("snurfles") is rarest; ties (two unknown words) keep the draw.
+  assert topics.ordered(drawn, "rarest", public) == [
+      ["the diagnosis is snurfles", "cough", "fever"], ["zorblax", "quibbix"]]
+  with pytest.raises(ValueError, match="lead_order"):
+    topics.ordered(drawn, "alphabetical", public)
+  config = medical_synth.get_config("discovered")
+  assert build_config.resolve(config).generation.lead_order == "rarest"
+  config.generation.lead_order = "alphabetical"
+  with pytest.raises(build_config.ConfigError, match="lead_order"):
+    build_config.resolve(config)
 
 
 def test_a_pure_cluster_draws_its_disease_and_an_empty_one_draws_uniformly():

@@ -313,27 +313,33 @@ def plan(config, workdir: str, num_questions: int) -> dict:
 
 
 def of_build(config, build_dir: str, dataset: str = "medical",
-             out: str = "", answer: bool = False) -> dict:
+             out: str = "", answer: bool = False, split: str = "test") -> dict:
   """The funnel of a finished build made outside an evaluation (build_synthetic_db,
   bench_build --whole) against the evaluation config's test questions: every stage up to
   context recall, and with `answer` the accuracy stages too (the evaluation's reader: its
   model, reader_prompt and answer_tokens, over the funnel's retrieved texts). Written to the
   build's evaluation/ folder and to `out` (a .json path, a .md beside it; refused beside
-  released files: give e.g. docs/results/NAME/evaluation/funnel.json) if given."""
+  released files: give e.g. docs/results/NAME/evaluation/funnel.json) if given. With split
+  'validation', the same number of validation questions instead, written as funnel_validation
+  (for choosing settings without reading the test questions)."""
   artifacts.announce(TOOL, READS)
   if out:
     artifacts.check_destination(out)   # before the minutes the funnel takes
-  task = evaluation.load_eval_task(config, dataset)
+  task = evaluation.load_eval_task(config, dataset, split)
   lm, encoder = evaluation.load_models(config)
   prompt = rag_answer.reader_prompt(config.get("reader_prompt", "paper"), task.name)
   reader = (lambda questions, contexts: rag_answer.answer_questions(
       lm, questions, contexts, max_new_tokens=config.answer_tokens, prompt=prompt))
   funnel = build_funnel(build_dir, task, encoder, lm.decode,
                         encode=lambda t: lm.encode([t])[0], reader=reader if answer else None)
-  funnel.update({"dataset": dataset, "questions_config": "test, first "
-                 f"{len(task.test)}"})
-  title = f"Funnel: {build_dir} on {dataset} ({len(task.test)} test questions)"
-  for path in [artifacts.evaluation_path(build_dir, "funnel.json")] + ([out] if out else []):
+  funnel.update({"dataset": dataset, "questions_config": f"{split}, first {len(task.test)}"})
+  if split != "test":
+    funnel["questions_from"] = split
+    for stage in funnel["stages"]:
+      stage["of"] = stage["of"].replace("test questions", f"{split} questions")
+  title = f"Funnel: {build_dir} on {dataset} ({len(task.test)} {split} questions)"
+  name = "funnel.json" if split == "test" else f"funnel_{split}.json"
+  for path in [artifacts.evaluation_path(build_dir, name)] + ([out] if out else []):
     write(path, funnel, title)
   print(markdown(funnel, title))
   return funnel

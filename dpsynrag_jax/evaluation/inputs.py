@@ -3,12 +3,15 @@ read for each dataset (`check_eval_data`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from dpsynrag_jax import digests
 from dpsynrag_jax.data.tasks import Task, load_task
 from dpsynrag_jax.models import dtype_named, load_encoder, load_lm
 from dpsynrag_jax.synrag import workdir as wd_lib
+
+SPLITS = ("test", "validation")
 
 
 def load_models(config):
@@ -17,9 +20,10 @@ def load_models(config):
           load_encoder(config.model.encoder))
 
 
-def load_eval_task(config, dataset: str) -> Task:
+def load_eval_task(config, dataset: str, split: str = "test") -> Task:
   """The evaluation's task: its first num_documents documents and num_test test questions
-  (0: all).
+  (0: all). With split 'validation', the first num_test VALIDATION questions stand in for the
+  test questions (task.test), so settings can be chosen without reading the test questions.
 
   A MovieLens config made for one layout (config.movielens_layout) refuses a folder of the
   other: its settings (documents, R, batches) are the constants of one public dataset.
@@ -34,9 +38,16 @@ def load_eval_task(config, dataset: str) -> Task:
       raise ValueError(f"{path} holds MovieLens {found}, but this config's settings are for "
                        f"{expected}; use --config=experiments/configs/evaluate.py:{arg} (the "
                        f"settings for {found}).")
+  if split not in SPLITS:
+    raise ValueError(f"split must be one of {SPLITS}, got {split!r}.")
   # 0 documents or test questions means all of them.
-  return load_task(dataset, path=path, num_documents=config.num_documents or None,
-                   num_validation=0, num_test=config.num_test or None, seed=0)
+  count = config.num_test or None
+  if split == "test":
+    return load_task(dataset, path=path, num_documents=config.num_documents or None,
+                     num_validation=0, num_test=count, seed=0)
+  task = load_task(dataset, path=path, num_documents=config.num_documents or None,
+                   num_validation=None, num_test=0, seed=0)
+  return dataclasses.replace(task, test=task.validation[:count], validation=())
 
 
 

@@ -22,6 +22,9 @@ import ml_collections
 from dpsynrag_jax.privacy.keys import NOISE_MODES
 from dpsynrag_jax.synrag import workdir as wd_lib
 
+# generation.lead_order: how a topic opening orders each group's drawn terms (synrag.topics).
+LEAD_ORDERS = ("draw", "rarest")
+
 # Fields a config must set itself for a new build (section, name) -> why, for the error.
 REQUIRED = {
     ("privacy", "noise"):
@@ -134,6 +137,10 @@ def default_config() -> ml_collections.ConfigDict:
   # A source 'discovered' (e.g. 'discovered:4') draws from the terms found in the corpus
   # itself, under DP (section discovery); needed where no public list exists.
   config.generation.topic_terms = ""
+  # The order of a group's drawn terms in the opening: 'draw' (most likely first) or 'rarest'
+  # (by the public word frequencies, rarest first: a name before the words around it), which a
+  # small reader copies the answer from more often. Post-processing of the draw: free.
+  config.generation.lead_order = "draw"
 
   # Term discovery (synrag.discovery): each document proposes its m rarest phrases of at most
   # max_n words; partition selection releases those enough documents propose.
@@ -141,7 +148,8 @@ def default_config() -> ml_collections.ConfigDict:
   config.discovery.m = 5
   config.discovery.max_n = 3
   # 'runs': maximal runs of content words; 'clauses': whole clauses (text between punctuation),
-  # which keep the corpus's framing of a term ("the diagnosis is ..."); max_n words at most.
+  # which keep the corpus's framing of a term ("the diagnosis is ..."); 'names': runs of
+  # capitalised words first (people, places, titles), then the runs; max_n words at most.
   config.discovery.unit = "runs"
 
   config.self_filter = ml_collections.ConfigDict()
@@ -221,6 +229,9 @@ def resolve(config, recorded: dict | None = None) -> ml_collections.ConfigDict:
                       "experiments/configs) and change what differs.")
   for (section, name), off in OPTIONAL.items():
     given.setdefault(section, {}).setdefault(name, off)
+  if given["generation"]["lead_order"] not in LEAD_ORDERS:
+    raise ConfigError(f"generation.lead_order must be one of {LEAD_ORDERS}, got "
+                      f"{given['generation']['lead_order']!r}.")
   if given["privacy"]["noise"] not in NOISE_MODES:
     raise ConfigError(f"privacy.noise must be one of {NOISE_MODES}, got "
                       f"{given['privacy']['noise']!r}.")

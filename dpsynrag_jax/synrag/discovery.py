@@ -23,6 +23,14 @@ would take the document's few proposals for pieces of the same name. Why rarest 
 that set a document apart (a disease, a treatment, a film) are rare in general English, while the
 template words every document shares ("diagnosis", "symptoms") are common, and a term every
 document proposes would be every cluster's most frequent, crowding out what tells clusters apart.
+
+Why a unit 'names' (runs of capitalised words as candidates of their own, proposed before the
+phrases): in a corpus about entities (SearchQA's snippets, whose answers are people, places and
+titles) the entity a document is about is often a common word ("Paris", "the Sun"), which
+rarest-first passes over for the snippet's rare incidental words. On SearchQA's validation
+questions the share of answers that the partition selection is expected to release rose from
+6 % (runs) to 16 % (names) at m 5, rho 1 (26 % at rho 2).
+Case is read from the document alone, so the l0 bound and the guarantee are unchanged.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ _CLAUSE_END = re.compile(r"[^\w\s']+")
 _WORD = re.compile(r"[\w']+")
 
 
-UNITS = ("runs", "clauses")
+UNITS = ("runs", "clauses", "names")
 
 
 def clauses(text: str, max_n: int = 8) -> list[str]:
@@ -58,9 +66,12 @@ def clauses(text: str, max_n: int = 8) -> list[str]:
 
 
 def candidates(text: str, unit: str = "runs", max_n: int = 3) -> list[str]:
-  """A document's candidate terms by `unit`: 'runs' (phrases) or 'clauses'."""
+  """A document's candidate terms by `unit`: 'runs' (phrases), 'clauses', or 'names' (names,
+  then phrases)."""
   if unit == "runs":
     return phrases(text, max_n)
+  if unit == "names":
+    return names(text, max_n) + phrases(text, max_n)
   if unit == "clauses":
     return clauses(text, max_n)
   raise ValueError(f"discovery.unit must be one of {UNITS}, got {unit!r}.")
@@ -77,6 +88,25 @@ def phrases(text: str, max_n: int = 3) -> list[str]:
       word = word.strip("'")
       if word and word not in STOPWORDS:
         run.append(word)
+        continue
+      out.extend(" ".join(run[i:i + max_n]) for i in range(0, len(run), max_n))
+      run = []
+  return out
+
+
+def names(text: str, max_n: int = 3) -> list[str]:
+  """The document's runs of capitalised words that are not function words ("Douglas MacArthur",
+  "New Zealand"), in text order, lower-cased, cut into pieces of at most max_n words: the
+  phrases() a unit 'names' proposes first. A sentence's capitalised first word counts too."""
+  if max_n < 1:
+    raise ValueError(f"max_n must be >= 1, got {max_n}.")
+  out = []
+  for clause in _CLAUSE_END.split(text):
+    run: list[str] = []
+    for word in _WORD.findall(clause) + [""]:   # "" closes the last run
+      word = word.strip("'")
+      if word[:1].isupper() and word.lower() not in STOPWORDS:
+        run.append(word.lower())
         continue
       out.extend(" ".join(run[i:i + max_n]) for i in range(0, len(run), max_n))
       run = []
@@ -101,11 +131,13 @@ def rarity(phrase: str, vocab: PublicVocabulary) -> float:
 
 def proposals(text: str, vocab: PublicVocabulary, m: int, max_n: int = 3,
               unit: str = "runs") -> list[str]:
-  """A document's at most m distinct proposed terms, rarest first (ties by the phrase)."""
+  """A document's at most m distinct proposed terms, rarest first (ties by the phrase); with
+  unit 'names', the names() come first, rarest first among them."""
   if m < 1:
     raise ValueError(f"m (terms per document) must be >= 1, got {m}.")
   distinct = set(candidates(text, unit, max_n))
-  return sorted(distinct, key=lambda p: (rarity(p, vocab), p))[:m]
+  named = set(names(text, max_n)) if unit == "names" else set()
+  return sorted(distinct, key=lambda p: (p not in named, rarity(p, vocab), p))[:m]
 
 
 def all_proposals(texts: Sequence[str], vocab: PublicVocabulary, m: int,

@@ -536,9 +536,14 @@ def _topic_leads(build: _Build, documents, selected, proposed, discovered) -> li
     build.ledger.save()
     presences = [discovery.presence(proposed, g.terms) if g.source == topics.DISCOVERED
                  else topics.term_presence(documents, g.terms) for g in groups]
-    leads = [topics.lead_text(topics.draw_topic(topics.topic_key(build.cluster_key(r)), groups,
-                                                presences, selected[r], cal.eps_topic))
-             for r in tqdm.trange(len(selected), desc="topics", unit="cluster")]
+    public = english_vocabulary(build.config.keywords.vocabulary_size)   # rarity: public words
+
+    def lead(r: int) -> str:
+      drawn = topics.draw_topic(topics.topic_key(build.cluster_key(r)), groups, presences,
+                                selected[r], cal.eps_topic)
+      return topics.lead_text(topics.ordered(drawn, build.config.generation.lead_order, public))
+
+    leads = [lead(r) for r in tqdm.trange(len(selected), desc="topics", unit="cluster")]
   wd_lib.atomic_write_json(path, leads)
   return leads
 

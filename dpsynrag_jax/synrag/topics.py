@@ -20,7 +20,8 @@ instead of those draws.
             row alike) so that the private tokens continue it. Post-processing of the draw.
 
 An empty cluster draws too (all counts 0: uniform), so neither the ledger nor the release says
-which clusters are empty. The terms' order within a group is the draw's (most likely first).
+which clusters are empty. The terms' order within a group is the draw's (most likely first), or
+with generation.lead_order 'rarest' the public rarity's (a disease's name before its symptoms).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ import jax
 import numpy as np
 
 from dpsynrag_jax import privacy
+from dpsynrag_jax.synrag import discovery
+from dpsynrag_jax.synrag.build_config import LEAD_ORDERS
+from dpsynrag_jax.synrag.vocabulary import PublicVocabulary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +159,18 @@ def uniform_leads(groups: Sequence[TermGroup], n: int, seed: int = 0) -> list[st
 def lead_token_ids(lm, lead: str) -> list[int]:
   """The token ids every row reads for an opening (none for '')."""
   return lm.encode([lead])[0] if lead else []
+
+
+def ordered(topic: Sequence[Sequence[str]], order: str, vocab: PublicVocabulary
+            ) -> list[list[str]]:
+  """The drawn terms of each group in the opening's order (generation.lead_order): 'draw'
+  (most likely first) or 'rarest' (by discovery.rarity under the public `vocab`, rarest first,
+  ties in draw order). Reads only the draw and public frequencies: post-processing."""
+  if order not in LEAD_ORDERS:
+    raise ValueError(f"generation.lead_order must be one of {LEAD_ORDERS}, got {order!r}.")
+  if order == "draw":
+    return [list(terms) for terms in topic]
+  return [sorted(terms, key=lambda t: discovery.rarity(t, vocab)) for terms in topic]
 
 
 def lead_text(topic: Sequence[Sequence[str]]) -> str:

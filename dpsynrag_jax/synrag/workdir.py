@@ -391,6 +391,7 @@ OPTIONAL_FIELDS = {
     ("generation", "svt_threshold"): 1.0,
     ("generation", "svt_share"): 0.5,
     ("generation", "topic_terms"): "",
+    ("generation", "lead_order"): "draw",
     ("privacy", "topic_share"): 0.5,   # read only with topic_terms
     # Read only with a 'discovered' topic term source.
     ("privacy", "rho_terms"): 0.05,
