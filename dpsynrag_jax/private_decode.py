@@ -122,17 +122,18 @@ def _rows_of(cache, row0, b: int, slots: int) -> kv_cache.KVCache:
 
 
 def _decode_rows(params, cache, logits, doc_mask, public_mask, keys, *, cfg, dtype, T, selector,
-                 eos_ids, pad_id):
+                 eos_ids, pad_id, unrolled=None):
   """T private steps over a prefilled cache of n packed clusters [n * B, P + S + T] (keys
   [n, 2], one per cluster) -> (tokens [n, T], counts [n], paid tokens among them [n], the cache
-  after the last step: returned only so that the donated cache is aliased)."""
+  after the last step: returned only so that the donated cache is aliased). unrolled: as
+  run_decode_loop's (None: this backend's default; memory_plan compiles another backend's)."""
   n = keys.shape[0]
   rows = logits.shape[0] // n
   packed = PackedSelector(selector, n)
   cache = cache.replace(cursor=jnp.asarray(cache.capacity - T, jnp.int32))
   out, count, state = inference.run_decode_loop(
       params, cfg, dtype, cache, logits, keys, (doc_mask, public_mask), max_new_tokens=T,
-      select=packed, eos_ids=eos_ids, pad_id=pad_id, return_state=True)
+      select=packed, eos_ids=eos_ids, pad_id=pad_id, unrolled=unrolled, return_state=True)
   first_rows = jnp.arange(n) * rows          # every row of a cluster carries its tokens
   count = count[first_rows]
   # A sparse-vector selector counts its paid tokens; with any other, every token is paid.
