@@ -336,7 +336,8 @@ def of_build(config, build_dir: str, dataset: str = "medical",
   if split != "test":
     funnel["questions_from"] = split
     for stage in funnel["stages"]:
-      stage["of"] = stage["of"].replace("test questions", f"{split} questions")
+      if stage["of"] == "test questions":
+        stage["of"] = f"{split} questions"
   title = f"Funnel: {build_dir} on {dataset} ({len(task.test)} {split} questions)"
   name = "funnel.json" if split == "test" else f"funnel_{split}.json"
   for path in [artifacts.evaluation_path(build_dir, name)] + ([out] if out else []):
