@@ -121,6 +121,7 @@ def test_a_rarest_lead_puts_the_name_first_and_keeps_the_drawn_terms():
   with pytest.raises(ValueError, match="lead_order"):
     topics.ordered(drawn, "alphabetical", public)
   config = medical_synth.get_config("discovered")
+  config.generation.lead_order = "rarest"
   assert build_config.resolve(config).generation.lead_order == "rarest"
   config.generation.lead_order = "alphabetical"
   with pytest.raises(build_config.ConfigError, match="lead_order"):
