@@ -2,8 +2,11 @@
 
   models       RANDOM_SHAPES (random:SHAPE, e.g. a Llama-3.1-8B-shaped random model) and
                load_model (a preset, a path, or random:SHAPE)
-  the machine  matmul_peak (measured GFLOP/s of a matmul) and weight_matmul_ceiling (one decode
-               step's weight matmuls alone); nominal_flops (the useful work of a cluster)
+  the machine  matmul_peak (measured GFLOP/s of a matmul), memory_bandwidth (measured GB/s of a
+               streaming read and update) and weight_matmul_ceiling (one decode step's weight
+               matmuls alone); nominal_flops (the useful work of a cluster)
+  the floor    decode_step_bytes (what a decode step moves besides the weights) and
+               decode_floor (matmuls alone + those bytes at the measured bandwidth)
   one cluster  Ours (the pipeline's cluster program, T steps) and Reference (transformers +
                PyTorch, eager): the two decoders bench_generation times against each other
   a build      load_sample (a public sample of a build's clusters: its settings, model,
@@ -95,6 +98,87 @@ def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> dict
   return out
 
 
+def last_level_cache_bytes() -> int | None:
+  """The largest CPU cache Linux's sysfs reports for cpu0 (the last level), or None."""
+  folder = "/sys/devices/system/cpu/cpu0/cache"
+  units = {"K": 2**10, "M": 2**20, "G": 2**30}
+  sizes = []
+  try:
+    for index in os.listdir(folder):
+      with open(os.path.join(folder, index, "size"), encoding="ascii") as f:
+        text = f.read().strip()
+      sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+  except (OSError, ValueError):
+    return None
+  return max(sizes, default=None)
+
+
+def memory_bandwidth(nbytes: int | None = None, repeats: int = 5) -> dict:
+  """Best GB/s of two jitted streaming kernels over one fp32 array of about nbytes bytes, on the
+  default device:
+
+    read    jnp.sum of the array; counts nbytes (read) per call;
+    update  x -> x / 2 + 1 into the array's own (donated) buffer; counts 2 x nbytes (read and
+            written) per call. Donation keeps the write in place: a fresh output buffer would
+            time the page faults of its first touch as well.
+
+  Bytes are what the kernel must move, not cache lines the hardware moves besides. nbytes
+  defaults, on a CPU, to 4 x the last-level cache (at least 256 MiB, at most 4 GiB), so that the
+  array streams from memory; on an accelerator to 1 GiB (20 x an H100's L2). Each kernel: the
+  shortest of `repeats` calls after one untimed call. Returns {"bytes", "read_gbs",
+  "update_gbs", "peak": the larger of the two}."""
+  if nbytes is None:
+    if jax.default_backend() == "cpu":
+      nbytes = min(max(4 * (last_level_cache_bytes() or 0), 2**28), 2**32)
+    else:
+      nbytes = 2**30
+  n = max(1, nbytes // 4)
+  x = jnp.ones((n,), jnp.float32)
+  total = jax.jit(jnp.sum)
+  read_s = min(_warm_timings(lambda: total(x).block_until_ready(), repeats))
+  update = jax.jit(lambda a: a * 0.5 + 1.0, donate_argnums=0)   # stays finite (tends to 2)
+  state = {"x": x}
+  del x
+
+  def update_once():
+    state["x"] = update(state["x"]).block_until_ready()
+
+  update_s = min(_warm_timings(update_once, repeats))
+  del state
+  out = {"bytes": 4 * n, "read_gbs": 4 * n / read_s / 1e9,
+         "update_gbs": 2 * 4 * n / update_s / 1e9}
+  out["peak"] = max(out["read_gbs"], out["update_gbs"])
+  return out
+
+
+def decode_step_bytes(cfg, rows: int, cache_slots: int, cache_dtype) -> dict:
+  """Bytes one decode step of `rows` rows moves besides the weights, at the least:
+
+    kv_read   the cache's keys and values, every slot the step attends over: rows x
+              cache_slots x layers x 2 x kv_heads x head_dim x the cache dtype's bytes;
+    kv_write  the new token's keys and values: the same for one slot;
+    logits    the fp32 logits [rows, V], written by the LM head and read by the clipped sum:
+              2 x rows x V x 4.
+
+  Left out: the activations between the weight matmuls ([rows, D], [rows, F]), whose traffic
+  is in the matmuls' measured time, and the attention scores [rows, heads, cache_slots] of one
+  layer, a few hundred KB that stay in cache. Returns the three and their total."""
+  per_slot = cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * jnp.dtype(cache_dtype).itemsize
+  out = {"kv_read": rows * cache_slots * per_slot, "kv_write": rows * per_slot,
+         "logits": 2 * rows * cfg.vocab_size * 4}
+  out["total"] = sum(out.values())
+  return out
+
+
+def decode_floor(matmul_step_s: float, step_bytes: int, bandwidth_gbs: float) -> dict:
+  """The floor of one decode step: its weight matmuls alone (weight_matmul_ceiling's step_s,
+  weight traffic included) followed by its other bytes (decode_step_bytes' total) at the
+  measured bandwidth, with attention arithmetic, norms, RoPE and sampling free. Seconds."""
+  memory_s = step_bytes / (bandwidth_gbs * 1e9)
+  return {"weight_matmul_step_s": matmul_step_s, "memory_step_s": memory_s,
+          "step_s": matmul_step_s + memory_s}
+
+
 def weight_matmul_ceiling(cfg, rows, dtype: str = "float32", repeats: int = 7) -> list[dict]:
   """What one decode step's weight matmuls alone reach at each row count: q, k, v, o, gate, up
   and down of every layer and the LM head, chained as the decoder chains them (jitted, layers
@@ -116,18 +200,21 @@ def weight_matmul_ceiling(cfg, rows, dtype: str = "float32", repeats: int = 7) -
   head = init((d, cfg.vocab_size))
   per_step = sum(a * b for a, b in shapes.values()) * cfg.num_layers + d * cfg.vocab_size
 
-  def chain(x, layers, head, silu):
+  def chain(x, layers, head, silu, lm_head):
     new_kv = []
     for w in layers:
       q, k, v = x @ w["q"], x @ w["k"], x @ w["v"]
       new_kv.append((k, v))   # a decode step writes them into the cache: keep them live
       x = x + q @ w["o"]
       x = x + (silu(x @ w["gate"]) * (x @ w["up"])) @ w["down"]
-    return x @ head, new_kv
+    return lm_head(x, head), new_kv
 
   median_seconds = lambda fn: statistics.median(_warm_timings(fn, repeats))
 
-  step = jax.jit(lambda x, layers, head: chain(x, layers, head, jax.nn.silu))
+  # fp32 logits whatever the weights' dtype, as the decoder's own LM head computes them (a bf16
+  # product written as bf16 takes a much slower path on XLA:CPU).
+  jax_head = lambda x, head: jnp.dot(x, head, preferred_element_type=jnp.float32)
+  step = jax.jit(lambda x, layers, head: chain(x, layers, head, jax.nn.silu, jax_head))
   j_layers = jax.tree_util.tree_map(lambda w: jnp.asarray(w, dtype), layers)
   j_head = jnp.asarray(head, dtype)
   try:
@@ -146,7 +233,7 @@ def weight_matmul_ceiling(cfg, rows, dtype: str = "float32", repeats: int = 7) -
       tx = torch.from_numpy(x)
       with torch.no_grad():
         t_seconds = median_seconds(
-            lambda: chain(tx, t_layers, t_head, torch.nn.functional.silu))
+            lambda: chain(tx, t_layers, t_head, torch.nn.functional.silu, torch.matmul))
       row["torch_gflops"] = 2.0 * n * per_step / t_seconds / 1e9
     out.append(row)
   return out
@@ -178,6 +265,9 @@ class Ours:
     self.predictor = pp.PrivatePredictor(no_eos, c=c, tau=1.0, T=T)
     self.suffixes = self.predictor.suffixes(documents)
     self.shape = self.predictor.shape_of(self.suffixes)
+    # The cluster's cache: the shared prefix, the padded suffix and T tokens
+    # (PrivatePredictor._static's capacity); every decode step attends over all its slots.
+    self.cache_slots = len(self.predictor.prefix) + self.shape[1] + T
     self.key = jax.random.PRNGKey(0)
 
   def prefill(self) -> float:

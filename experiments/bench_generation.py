@@ -10,7 +10,14 @@ In one process, alternating ours / reference for --pairs pairs (A B A B ...):
     prefill with a KV cache, then a Python loop per token that clips, sums, samples and feeds
     the token to every row: how a transformers user would write it;
   - a 2048 x 2048 fp32 matmul in NumPy, JAX and PyTorch: the machine's measured peak (best of
-    the three).
+    the three);
+  - a streaming read and an in-place update of an array larger than the last-level cache: the
+    machine's measured memory bandwidth;
+  - after the pairs, one decode step's weight matmuls alone at the cluster's rows (and at
+    --ceiling_rows), and from them the floor of a decode step: those matmuls, then the bytes
+    the step moves besides the weights (KV-cache read and write, logits) at the measured
+    bandwidth. T floors against the decode part's time (the prefill is timed apart) say how far
+    each decoder is from this machine's limit, as a ratio.
 Both decoders run exactly T steps (EOS ignored) on identical prompts. FLOPs are the nominal
 work of the cluster (every row's full prompt + T tokens: weight matmuls, LM head, attention),
 the same for both, so GFLOP/s compare like for like.
@@ -21,6 +28,7 @@ from __future__ import annotations
 import json
 import resource
 import statistics
+import sys
 import time
 
 from absl import app
@@ -49,7 +57,11 @@ def define_flags() -> None:
                     "Our weights and activations (the reference stays float32).")
   flags.DEFINE_list("ceiling_rows", ["16", "64", "128"],
                     "After the pairs, time one decode step's weight matmuls alone at these row "
-                    "counts (the most a decode step can reach here); empty skips it.")
+                    "counts (the most a decode step can reach here); empty skips it. The "
+                    "floor times them at the cluster's own row count in any case.")
+  flags.DEFINE_integer("bandwidth_mb", 0,
+                       "Array of the memory-bandwidth kernels, MiB (0: 4 x the last-level "
+                       "cache on a CPU, 1 GiB on an accelerator).")
 
 
 def _stats(times, flops, peak):
@@ -58,8 +70,46 @@ def _stats(times, flops, peak):
           "fraction_of_peak": flops / med / 1e9 / peak}
 
 
+def _floor(lm, ours, T, matmul_step_s, bandwidth, report) -> dict:
+  """The floor of the cluster's decode (T steps; the prefill is not in it) and each decoder's
+  decode time over it."""
+  rows = ours.shape[0]
+  step_bytes = benchmarks.decode_step_bytes(lm.config, rows, ours.cache_slots, lm.dtype)
+  step = benchmarks.decode_floor(matmul_step_s, step_bytes["total"], bandwidth["peak"])
+  out = {"prefill_included": False, "rows": rows, "cache_slots": ours.cache_slots,
+         "bandwidth_gbs": bandwidth["peak"], "bytes_per_step": step_bytes, **step,
+         "decode_s": T * step["step_s"]}
+  out["ours_decode_s"] = report["ours"]["decode_median_s"]
+  out["ours_decode_over_floor"] = out["ours_decode_s"] / out["decode_s"]
+  # The measured prefill plus the decode's floor: a whole cluster's time with a floor decode.
+  out["with_measured_prefill_s"] = out["decode_s"] + report["ours"]["prefill_median_s"]
+  out["ours_per_cluster_over_it"] = report["ours"]["per_cluster_s"] / out[
+      "with_measured_prefill_s"]
+  # The reference decodes `docs` rows, unpadded: the same rows when docs is a multiple of the
+  # row bucket, fewer (and a lower floor of its own) otherwise.
+  if "reference" in report:
+    out["reference_decode_s"] = report["reference"]["decode_median_s"]
+    out["reference_decode_over_floor"] = out["reference_decode_s"] / out["decode_s"]
+  return out
+
+
+def floor_line(report) -> str:
+  """One line of the floor's figures."""
+  f = report["floor"]
+  line = (f"floor of a decode step ({f['rows']} rows, {f['cache_slots']} cache slots): "
+          f"weight matmuls {1e3 * f['weight_matmul_step_s']:.1f} ms + "
+          f"{f['bytes_per_step']['total'] / 1e6:.1f} MB at {f['bandwidth_gbs']:.1f} GB/s "
+          f"{1e3 * f['memory_step_s']:.1f} ms = {1e3 * f['step_s']:.1f} ms; decode of "
+          f"{report['T']} steps (prefill apart): floor {f['decode_s']:.3f} s, ours "
+          f"{f['ours_decode_s']:.3f} s = {f['ours_decode_over_floor']:.2f} x floor")
+  if "reference_decode_over_floor" in f:
+    line += (f", reference {f['reference_decode_s']:.3f} s = "
+             f"{f['reference_decode_over_floor']:.2f} x floor")
+  return line
+
+
 def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool,
-        dtype: str = "float32", ceiling_rows=()) -> dict:
+        dtype: str = "float32", ceiling_rows=(), bandwidth_bytes: int | None = None) -> dict:
   from dpsynrag_jax.data import load_medical_synth  # pylint: disable=g-import-not-at-top
   from dpsynrag_jax.models import presets  # pylint: disable=g-import-not-at-top
   if reference and model.startswith("random:"):
@@ -74,6 +124,7 @@ def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool,
   flops = benchmarks.nominal_flops(lm.config, [len(p) for p in prompts], T)
   on_accelerator = jax.default_backend() != "cpu"
   peak = benchmarks.matmul_peak(n=8192 if on_accelerator else 2048, dtype=dtype)
+  bandwidth = benchmarks.memory_bandwidth(bandwidth_bytes)
 
   start = time.perf_counter()
   ours.run()
@@ -105,6 +156,7 @@ def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool,
       "padded_shape_rows_suffix": list(ours.shape),
       "nominal_gflop": flops / 1e9,
       "matmul_peak_gflops": peak,
+      "memory_bandwidth_gbs": bandwidth,
       "ours": {**ours_stats, "prefill_median_s": statistics.median(ours_prefill),
                "decode_median_s": ours_stats["median_s"] - statistics.median(ours_prefill),
                "compile_plus_first_run_s": compile_and_first,
@@ -123,12 +175,15 @@ def run(model: str, docs: int, T: int, pairs: int, c: float, reference: bool,
                                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     report["ratio_ours_over_reference"] = ours_stats["median_s"] / ref_stats["median_s"]
     report["pairwise_ratios"] = [round(a / b, 3) for a, b in zip(ours_total, ref_total)]
+  ceiling = benchmarks.weight_matmul_ceiling(
+      lm.config, sorted(set(ceiling_rows) | {ours.shape[0]}), dtype)
   if ceiling_rows:
-    ceiling = benchmarks.weight_matmul_ceiling(lm.config, ceiling_rows, dtype)
     report["weight_matmul_ceiling"] = [
         {**row, "fraction_of_peak": row["gflops"] / peak["peak"],
          "torch_fraction_of_peak": row.get("torch_gflops", 0.0) / peak["peak"]}
-        for row in ceiling]
+        for row in ceiling if row["rows"] in ceiling_rows]
+  matmul_step_s = next(row["step_s"] for row in ceiling if row["rows"] == ours.shape[0])
+  report["floor"] = _floor(lm, ours, T, matmul_step_s, bandwidth, report)
   return report
 
 
@@ -136,9 +191,10 @@ def main(argv):
   del argv
   fl = flags.FLAGS
   report = run(fl.model, fl.docs, fl.T, fl.pairs, fl.c, fl.reference, fl.dtype,
-               [int(n) for n in fl.ceiling_rows])
+               [int(n) for n in fl.ceiling_rows], fl.bandwidth_mb * 2**20 or None)
   text = json.dumps(report, indent=1)
   print(text)
+  print(floor_line(report), file=sys.stderr)   # stdout stays one JSON document
   if flags.FLAGS.json_out:
     with open(flags.FLAGS.json_out, "w", encoding="utf-8") as f:
       f.write(text + "\n")

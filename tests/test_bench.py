@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from dpsynrag_jax import benchmarks
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow   # runs the benchmarks
@@ -37,6 +38,59 @@ def test_weight_matmul_ceiling_times_every_weight_matmul_of_a_step():
     assert row["torch_gflops"] > 0   # torch is installed for the reference
 
 
+def test_decode_step_bytes_are_the_cache_and_the_logits_a_step_moves():
+  """The formula against the bytes of a real cache of those rows and slots and of the logits."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from dpsynrag_jax.models import kv_cache  # pylint: disable=g-import-not-at-top
+  cfg = benchmarks.RANDOM_SHAPES["llama-3.1-8b-small"]()
+  rows, slots = 8, 40
+  for dtype in (jnp.float32, jnp.bfloat16):
+    cache = kv_cache.init_cache(cfg, rows, slots, dtype)
+    cache_bytes = cache.k.nbytes + cache.v.nbytes
+    logits_bytes = np.zeros((rows, cfg.vocab_size), np.float32).nbytes
+    step = benchmarks.decode_step_bytes(cfg, rows, slots, dtype)
+    assert step["kv_read"] == cache_bytes
+    assert step["kv_write"] == cache_bytes // slots
+    assert step["logits"] == 2 * logits_bytes
+    assert step["total"] == cache_bytes + cache_bytes // slots + 2 * logits_bytes
+  floor = benchmarks.decode_floor(0.5, 2e9, 4.0)
+  assert floor == {"weight_matmul_step_s": 0.5, "memory_step_s": 0.5, "step_s": 1.0}
+
+
+def test_memory_bandwidth_counts_the_bytes_of_each_kernel():
+  bandwidth = benchmarks.memory_bandwidth(nbytes=16 * 2**20, repeats=2)
+  assert bandwidth["bytes"] == 16 * 2**20
+  for name in ("read_gbs", "update_gbs"):
+    assert math.isfinite(bandwidth[name]) and bandwidth[name] > 0
+  assert bandwidth["peak"] == max(bandwidth["read_gbs"], bandwidth["update_gbs"])
+  llc = benchmarks.last_level_cache_bytes()
+  assert llc is None or llc > 0
+
+
+def test_bench_generation_reports_the_floor_below_the_measured_decode():
+  from experiments import bench_generation  # pylint: disable=g-import-not-at-top
+  T = 4
+  report = bench_generation.run("tiny-random", docs=8, T=T, pairs=1, c=0.1, reference=False,
+                                ceiling_rows=[], bandwidth_bytes=16 * 2**20)
+  report = json.loads(json.dumps(report))   # what --json_out writes
+  floor, ours = report["floor"], report["ours"]
+  assert "weight_matmul_ceiling" not in report   # --ceiling_rows= still skips the list
+  rows, suffix = report["padded_shape_rows_suffix"]
+  assert floor["rows"] == rows == 8 and not floor["prefill_included"]
+  assert floor["cache_slots"] == report["shared_prefix_tokens"] + suffix + T
+  assert floor["bandwidth_gbs"] == report["memory_bandwidth_gbs"]["peak"] > 0
+  assert floor["bytes_per_step"]["total"] > floor["bytes_per_step"]["kv_read"] > 0
+  assert floor["step_s"] == pytest.approx(
+      floor["weight_matmul_step_s"] + floor["bytes_per_step"]["total"] /
+      (floor["bandwidth_gbs"] * 1e9))
+  assert floor["decode_s"] == pytest.approx(T * floor["step_s"])
+  # A floor above the measured decode would be a wrong formula.
+  assert 0 < floor["decode_s"] <= ours["decode_median_s"] == floor["ours_decode_s"]
+  assert floor["ours_decode_over_floor"] >= 1
+  assert floor["with_measured_prefill_s"] <= ours["per_cluster_s"]
+  assert f"{floor['ours_decode_over_floor']:.2f} x floor" in bench_generation.floor_line(report)
+
+
 def test_llama_shape_is_the_8b_model():
   cfg = benchmarks.RANDOM_SHAPES["llama-3.1-8b"]()
   assert abs(cfg.num_params() - 8.03e9) < 0.01e9
@@ -57,6 +111,8 @@ def test_device_bench_script_on_cpu_with_the_small_shape(tmp_path):
   assert report["docs"] == 4 and report["T"] == 4 and report["dtype"] == "bfloat16"
   assert report["ours"]["per_cluster_s"] > 0
   assert "reference" not in report
+  assert report["floor"]["decode_s"] <= report["ours"]["decode_median_s"]
+  assert "reference_decode_over_floor" not in report["floor"]
   # Part 2: the tiny config planned (clusters chosen, nothing decoded or released) and its
   # first 3 clusters decoded on the 8B layout's small shape in bf16.
   assert "build sample: 3 clusters" in proc.stdout and "s per 100 documents" in proc.stdout
