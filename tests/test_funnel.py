@@ -188,3 +188,13 @@ def test_sampling_support_measures_real_spans(tmp_path):
   written = json.load(open(os.path.join(workdir, "evaluation", "sampling_support.json")))
   assert written[artifacts.FIELD]["tool"] == "sampling_support"
   assert written["grislain"] == report["grislain"]
+
+
+def test_a_funnel_names_a_build_under_the_working_directory_by_a_relative_path(tmp_path,
+                                                                             monkeypatch):
+  """A report published from a work dir must not carry this machine's absolute paths."""
+  monkeypatch.chdir(tmp_path)
+  assert funnel._shown_path(str(tmp_path / "runs" / "build")) == os.path.join("runs", "build")
+  assert funnel._shown_path("runs/build/") == os.path.join("runs", "build")
+  outside = str(tmp_path.parent / "elsewhere")
+  assert funnel._shown_path(outside) == outside

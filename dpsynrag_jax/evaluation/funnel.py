@@ -62,6 +62,14 @@ TUNING_WARNING = (
     "once on the private corpus with the chosen settings.")
 
 
+def _shown_path(build_dir: str) -> str:
+  """The build as a funnel names it: relative to the working directory when inside it, so
+  that a report published from a work dir names no local absolute path; absolute otherwise."""
+  path = os.path.abspath(build_dir)
+  relative = os.path.relpath(path)
+  return path if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative
+
+
 def _share(hits: Sequence[bool]) -> float | None:
   return float(np.mean(hits)) if len(hits) else None
 
@@ -188,7 +196,7 @@ def build_funnel(build_dir: str, task: Task, encoder, decode,
        "of": "test questions", "detail": f"{len(majorities)} distinct majority answers"},
   ]
   if not wd.finished:
-    return {"build": os.path.abspath(build_dir), "questions": len(golds), "stages": planned}
+    return {"build": _shown_path(build_dir), "questions": len(golds), "stages": planned}
   released = [r["text"] for r in wd_lib.read_jsonl(wd.path(wd_lib.SYNTHETIC_DB))]
   index = rag_index.load_index(wd.path(wd_lib.INDEX))
   contexts = [[]] * len(golds)
@@ -226,7 +234,7 @@ def build_funnel(build_dir: str, task: Task, encoder, decode,
         {"stage": "accuracy", "value": _share(correct), "of": "test questions", "detail": ""},
         {"stage": "accuracy | context recall", "value": _share(given),
          "of": "recalled questions", "detail": f"{len(given)} questions"}]
-  return {"build": os.path.abspath(build_dir), "questions": len(golds), "stages": stages}
+  return {"build": _shown_path(build_dir), "questions": len(golds), "stages": stages}
 
 
 def value_text(v) -> str:
