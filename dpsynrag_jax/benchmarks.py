@@ -7,8 +7,9 @@
                matmuls alone); nominal_flops (the useful work of a cluster)
   the floor    decode_step_bytes (what a decode step moves besides the weights) and
                decode_floor (matmuls alone + those bytes at the measured bandwidth)
-  one cluster  Ours (the pipeline's cluster program, T steps) and Reference (transformers +
-               PyTorch, eager): the two decoders bench_generation times against each other
+  one cluster  Ours (the pipeline's cluster program, T steps; its decode alone for
+               profile_decode) and Reference (transformers + PyTorch, eager): the two
+               decoders bench_generation times against each other
   a build      load_sample (a public sample of a build's clusters: its settings, model,
                documents and members) and sample_key_of (fresh keys for decoding it again)
 """
@@ -281,6 +282,12 @@ class Ours:
     start = time.perf_counter()
     self.predictor.decode_group([self.suffixes], [self.key], self.shape)
     return time.perf_counter() - start
+
+  def prefilled_decode(self):
+    """The cluster prefilled, and its decode program with inputs: (program, args) for one
+    call of the T steps alone (the args' cache is donated; see PrivatePredictor)."""
+    arrays = self.predictor.pack_group([self.suffixes], self.shape)
+    return self.predictor.prefilled_decode(arrays, [self.key])
 
 
 class Reference:

@@ -522,11 +522,11 @@ class PrivatePredictor:
                                                  *chunk)
     return cache, logits
 
-  def decode_arrays(self, arrays, keys: Sequence[jax.Array], pack: int = 1
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Prefill and T private steps of a group (pack_group) -> (tokens [G x pack, T], counts
-    [G x pack], paid [G x pack]: tokens drawn privately, = counts unless the sparse vector test
-    made some free), in pack_group's cluster order."""
+  def prefilled_decode(self, arrays, keys: Sequence[jax.Array], pack: int = 1):
+    """The prefill of a group (pack_group), then its compiled decode program and inputs:
+    (program, args). program(*args) runs the T private steps -> (tokens [G, pack, T], counts,
+    paid, the final cache); it donates the cache in args, so each args serves one call. Apart
+    from decode_arrays so that a benchmark can time or trace the decode alone."""
     cache, logits = self.prefill_group(arrays, pack)
     g = self.num_devices
     keys = list(keys) + [jax.random.PRNGKey(0)] * (g * pack - len(keys))
@@ -534,9 +534,17 @@ class PrivatePredictor:
     masks = [jax.device_put(a, split) for a in arrays[2:]]
     rows, length = arrays[0].shape[1] // pack, arrays[0].shape[2]
     keys = jnp.stack(keys).reshape(g, pack, -1)
-    tokens, counts, paid, _ = _decode_program(self._static(rows, length, pack))(
-        self._params, cache, logits, *masks, jax.device_put(keys, split))
-    flat = lambda a: np.asarray(a).reshape((g * pack,) + a.shape[2:])
+    return (_decode_program(self._static(rows, length, pack)),
+            (self._params, cache, logits, *masks, jax.device_put(keys, split)))
+
+  def decode_arrays(self, arrays, keys: Sequence[jax.Array], pack: int = 1
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Prefill and T private steps of a group (pack_group) -> (tokens [G x pack, T], counts
+    [G x pack], paid [G x pack]: tokens drawn privately, = counts unless the sparse vector test
+    made some free), in pack_group's cluster order."""
+    program, args = self.prefilled_decode(arrays, keys, pack)
+    tokens, counts, paid, _ = program(*args)
+    flat = lambda a: np.asarray(a).reshape((self.num_devices * pack,) + a.shape[2:])
     return flat(tokens), flat(counts), flat(paid)
 
   def decode_group(self, clusters: Sequence[Sequence[Sequence[int]]], keys: Sequence[jax.Array],
