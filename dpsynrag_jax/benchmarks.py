@@ -266,9 +266,9 @@ class Ours:
     self.predictor = pp.PrivatePredictor(no_eos, c=c, tau=1.0, T=T)
     self.suffixes = self.predictor.suffixes(documents)
     self.shape = self.predictor.shape_of(self.suffixes)
-    # The cluster's cache: the shared prefix, the padded suffix and T tokens
-    # (PrivatePredictor._static's capacity); every decode step attends over all its slots.
-    self.cache_slots = len(self.predictor.prefix) + self.shape[1] + T
+    # The cluster's cache (shared prefix, padded suffix, T tokens): every decode step attends
+    # over all its slots.
+    self.cache_slots = self.predictor._static(*self.shape).capacity  # pylint: disable=protected-access
     self.key = jax.random.PRNGKey(0)
 
   def prefill(self) -> float:

@@ -5,7 +5,7 @@
       jax.block_until_ready(jitted(*args))
     rows = attribute(op_events(trace_dir, module_name(text)), source_lines(text))
 
-The trace holds one event per executed op (hlo_op, hlo_module, microseconds, thread); the
+The trace holds one event per executed op (hlo_op, hlo_module, microseconds); the
 optimized module names each instruction's stack frame, whose innermost entry is the source line
 that emitted it. Ops of one program run on several threads at once on a CPU, so the sums are
 op time (CPU time while an op runs), not wall time: their total over the wall time of the call
@@ -82,8 +82,8 @@ def source_lines(hlo_text: str) -> dict[str, str]:
 
 
 def op_events(trace_dir: str, module: str) -> list[dict]:
-  """The executed ops of `module` in the perfetto trace under trace_dir: [{'op', 'us',
-  'thread'}], one per execution."""
+  """The executed ops of `module` in the perfetto trace under trace_dir: [{'op', 'us'}], one
+  per execution."""
   paths = glob.glob(os.path.join(trace_dir, "**", "*perfetto_trace.json.gz"), recursive=True)
   if not paths:
     raise FileNotFoundError(f"no perfetto trace under {trace_dir} (jax.profiler.trace with "
@@ -91,7 +91,7 @@ def op_events(trace_dir: str, module: str) -> list[dict]:
   with gzip.open(max(paths, key=os.path.getmtime)) as f:
     trace = json.load(f)
   events = trace["traceEvents"] if isinstance(trace, dict) else trace
-  return [{"op": e["args"]["hlo_op"], "us": float(e.get("dur", 0.0)), "thread": e.get("tid")}
+  return [{"op": e["args"]["hlo_op"], "us": float(e.get("dur", 0.0))}
           for e in events
           if e.get("ph") == "X" and e.get("args", {}).get("hlo_module") == module
           and "hlo_op" in e.get("args", {})]
